@@ -1,0 +1,6 @@
+"""Training algorithms, each registered by name in :data:`ALGORITHMS`."""
+
+from .base import ALGORITHMS, Algorithm, AlgorithmConfig, AlgorithmContext
+from . import sync  # noqa: F401  (registers "sync")
+
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "AlgorithmContext"]

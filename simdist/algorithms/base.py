@@ -1,0 +1,75 @@
+"""What every training algorithm is: a config class, processes per rank, replicas to evaluate.
+
+An algorithm registers itself in :data:`ALGORITHMS` with its pydantic config class. It is
+constructed with its validated config and an :class:`AlgorithmContext` (the workload, the
+worker ranks, data iterators), and returns one generator function per rank it runs on;
+each generator takes only a :class:`~simdist.runtime.base.Runtime`. Algorithms never import
+SimPy or mpi4py, and their math lives in plain tensor functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Generator
+
+from pydantic import BaseModel, ConfigDict
+
+from ..registry import Registry
+from ..runtime.base import Runtime
+
+__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "Process"]
+
+Process = Callable[[Runtime], Generator]
+
+ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm")
+
+
+class AlgorithmConfig(BaseModel):
+    """Base of every algorithm's options; ``name`` selects the algorithm."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+
+    def check_scenario(self, scenario: Any) -> None:
+        """Cross-checks against the rest of the scenario (raise InputError naming the field)."""
+
+
+@dataclass
+class AlgorithmContext:
+    """What an algorithm gets to know about the run it is part of."""
+
+    workers: list[int]  # ranks that train, in worker order (worker i runs on workers[i])
+    node_of: Callable[[int], int]
+    workload: Any  # simdist.training.workload.Workload
+    batch_size: int
+    seed: int
+    max_epochs: int | None
+    timing_only: bool
+    make_data: Callable[[int], Any]  # worker index -> ShardIterator
+    make_replica: Callable[[], Any]  # a fresh replica at the initial weights
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+
+class Algorithm:
+    """Base class: subclasses set ``Config`` and implement ``processes``."""
+
+    Config: ClassVar[type[AlgorithmConfig]]
+
+    def __init__(self, config: AlgorithmConfig, ctx: AlgorithmContext):
+        self.config = config
+        self.ctx = ctx
+
+    def processes(self) -> dict[int, Process]:
+        """The generator function each rank runs (rank -> process)."""
+        raise NotImplementedError
+
+    def evaluation_replicas(self) -> dict[int, Any]:
+        """The replicas whose test accuracy is reported, keyed by the rank holding them."""
+        raise NotImplementedError
+
+    def epochs_completed(self) -> float | None:
+        """Epochs of data consumed (mean over workers), for the summary."""
+        return None

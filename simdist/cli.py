@@ -1,0 +1,173 @@
+"""The ``simdist`` command line.
+
+    simdist run SCENARIO [--out DIR] [--set key=value]... [--timing-only] [--overwrite]
+    simdist plot RESULT_DIR [--out DIR]
+    simdist list algorithms|platforms|models|datasets|collectives|links|devices
+    simdist schema
+
+Bad input (scenario, platform, profile, argument) prints one line naming the file, the field
+and what is allowed, and exits with status 2; nothing already written is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .errors import InputError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _registries():
+    from .algorithms import ALGORITHMS
+    from .platform import DEVICE_KINDS, LINK_KINDS, PLATFORMS
+    from .runtime.collectives import COLLECTIVES
+    from .training.datasets import DATASETS
+    from .training.models import MODELS
+
+    return {"algorithms": ALGORITHMS, "platforms": PLATFORMS, "models": MODELS, "datasets": DATASETS,
+            "collectives": COLLECTIVES, "links": LINK_KINDS, "devices": DEVICE_KINDS}
+
+
+LIST_KINDS = ("algorithms", "platforms", "models", "datasets", "collectives", "links", "devices")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="simdist", description="Discrete-event simulator of data-parallel neural-network training.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="simulate a scenario and write its result directory")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--out", help="result directory (default: results/<scenario name>)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a scenario field by dotted path, e.g. --set workload.batch_size=64 (repeatable)")
+    run.add_argument("--timing-only", action="store_true", help="no tensors: payload sizes from the parameter count")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing result directory")
+    run.add_argument("--no-plots", action="store_true", help="skip the plots/ folder")
+    run.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stdout")
+
+    plot = sub.add_parser("plot", help="(re)draw the plots of a result directory from its tables")
+    plot.add_argument("result", help="a result directory written by simdist run")
+    plot.add_argument("--out", help="folder for the figures (default: RESULT/plots)")
+
+    lister = sub.add_parser("list", help="list registered components")
+    lister.add_argument("kind", choices=LIST_KINDS)
+
+    sub.add_parser("schema", help="print the JSON Schema of scenario files")
+    return parser
+
+
+class _LazyProgress:
+    """A rich progress bar on stderr that appears only once a run has taken over a second."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label, self.enabled = label, enabled
+        self.start = time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, fraction: float, status: str) -> None:
+        if not self.enabled or time.perf_counter() - self.start < 1.0:
+            return
+        if self.bar is None:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                                transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=1.0, status="")
+        self.bar.update(self.task, completed=fraction, status=status)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _cmd_run(args) -> int:
+    from .results import write_result_dir
+    from .scenario import load_scenario
+    from .simulate import simulate
+
+    scenario = load_scenario(args.scenario, args.overrides, timing_only=args.timing_only)
+    out = Path(args.out) if args.out else Path("results") / scenario.name
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise InputError(f"result directory {str(out)!r} already exists; pass --overwrite to replace it",
+                         source="--out")
+    progress = _LazyProgress(f"{scenario.name} ({scenario.algorithm_name})", not args.quiet and sys.stderr.isatty())
+    try:
+        result = simulate(scenario, progress=progress)
+    finally:
+        progress.close()
+    path = write_result_dir(result, out, overwrite=args.overwrite, plots=scenario.outputs.plots and not args.no_plots)
+    if not args.quiet:
+        from .metrics import summarize
+
+        summary = summarize(result)
+        shown = {k: summary[k] for k in ("algorithm", "workers", "status", "virtual_time_s", "steps",
+                                         "final_test_accuracy", "time_to_accuracy_s", "mean_staleness",
+                                         "wall_time_s") if k in summary}
+        print(f"wrote {path}")
+        print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
+    return 0
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _cmd_plot(args) -> int:
+    from .plots import plot_result_dir
+
+    for path in plot_result_dir(Path(args.result), Path(args.out) if args.out else None):
+        print(path)
+    return 0
+
+
+def _cmd_list(args) -> int:
+    registry = _registries()[args.kind]
+    width = max((len(e.name) for e in registry), default=0)
+    for entry in registry:
+        line = f"{entry.name:<{width}}  {entry.description}"
+        if entry.citation:
+            line += f"  [{entry.citation}]"
+        print(line)
+    return 0
+
+
+def _cmd_schema(args) -> int:
+    from .scenario import scenario_json_schema
+
+    print(json.dumps(scenario_json_schema(), indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"run": _cmd_run, "plot": _cmd_plot, "list": _cmd_list, "schema": _cmd_schema}
+    try:
+        return handlers[args.command](args)
+    except InputError as exc:
+        print(f"simdist: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("simdist: interrupted; nothing was written for the unfinished run", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

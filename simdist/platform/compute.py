@@ -1,0 +1,142 @@
+"""Compute times: ``t0 + t1 · batch`` per (model, device), scaled and jittered.
+
+The duration of one forward/backward of a rank is
+
+    time = (t0 + t1 · batch) / (speed · cpus) · jitter
+
+* ``t0``, ``t1`` come from a **measured profile** (``calibration/profiles/*.yaml``: real
+  kernels timed on the device, fitted by least squares) for the device's profile key. When
+  the scenario's model has other options than the profiled one, ``t1`` is scaled by the
+  ratio of forward FLOPs per sample.
+* Devices that cannot be measured here (A100, H100) without a measured profile fall back to
+  a **FLOP-count estimate**: ``t1 = 3 · F / (peak · efficiency)`` (forward plus a backward
+  of twice its cost) and ``t0 = kernel_overhead_s · 3 · layers``. ``efficiency`` and
+  ``kernel_overhead_s`` are modelling assumptions, set in the scenario's ``compute``
+  section; a calibrated profile replaces them.
+* ``speed`` is the device's speed factor; ``cpus`` the CPU share of a CPU rank (like
+  ``docker --cpus``: a rank at 1.5 CPUs computes 1.5× as fast as one at 1 CPU — the
+  profile was measured on one core).
+* ``jitter`` is lognormal with mean 1 and log-standard-deviation ``noise_sigma``, drawn
+  from the rank's own seeded stream ``compute-noise/rank<r>``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+from ..errors import InputError
+from ..seeding import numpy_stream
+from .topology import Platform
+
+__all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel"]
+
+_REPO_PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
+
+
+@dataclass(frozen=True)
+class ModelTiming:
+    """Fitted cost of one model on one device."""
+
+    t0_s: float
+    t1_s: float  # seconds per sample
+    forward_flops_per_sample: float | None
+    source: str
+
+
+def default_profile_paths() -> list[Path]:
+    """The profiles shipped in the source tree's ``calibration/profiles`` folder."""
+    return sorted(_REPO_PROFILES.glob("*.yaml")) if _REPO_PROFILES.is_dir() else []
+
+
+def _read_profile(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InputError("compute profile file not found", source=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML ({str(exc).splitlines()[0]})", source=str(path)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(data.get("models"), dict):
+        raise InputError("a compute profile must be a mapping with 'device' (string) and 'models' (mapping)",
+                         source=str(path))
+    return data
+
+
+def load_profiles(paths: Iterable[Path]) -> dict[tuple[str, str], ModelTiming]:
+    """Timings keyed by (profile device, model name); later files override earlier ones."""
+    timings: dict[tuple[str, str], ModelTiming] = {}
+    for path in paths:
+        data = _read_profile(Path(path))
+        for model, entry in data["models"].items():
+            field = f"models.{model}"
+            if not isinstance(entry, dict):
+                raise InputError("must be a mapping with t0_s and t1_s", source=str(path), field=field)
+            try:
+                t0, t1 = float(entry["t0_s"]), float(entry["t1_s"])
+            except (KeyError, TypeError, ValueError):
+                raise InputError("needs numeric t0_s and t1_s (seconds, seconds per sample)",
+                                 source=str(path), field=field) from None
+            if not (math.isfinite(t0) and math.isfinite(t1)) or t0 < 0 or t1 <= 0:
+                raise InputError(f"t0_s must be >= 0 and t1_s > 0, got t0_s={t0}, t1_s={t1}",
+                                 source=str(path), field=field)
+            flops = entry.get("forward_flops_per_sample")
+            timings[(data["device"], str(model))] = ModelTiming(t0, t1, float(flops) if flops else None, str(path))
+    return timings
+
+
+class ComputeModel:
+    """Forward/backward durations of every rank for one workload."""
+
+    def __init__(self, platform: Platform, timings: dict[tuple[str, str], ModelTiming], *, model: str,
+                 forward_flops_per_sample: float, parameter_layers: int, seed: int, noise_sigma: float = 0.0,
+                 efficiency: float = 0.4, kernel_overhead_s: float = 10e-6):
+        self.platform = platform
+        self.noise_sigma = noise_sigma
+        self._noise = [numpy_stream(seed, f"compute-noise/rank{d.rank}") for d in platform.devices]
+        self._base: dict[str, ModelTiming] = {}
+        for device in platform.devices:
+            key = device.profile_device
+            if key not in self._base:
+                self._base[key] = self._timing_for(device, timings, model, forward_flops_per_sample,
+                                                   parameter_layers, efficiency, kernel_overhead_s)
+
+    @staticmethod
+    def _timing_for(device, timings, model, flops, layers, efficiency, overhead_s) -> ModelTiming:
+        measured = timings.get((device.profile_device, model))
+        if measured is not None:
+            scale = flops / measured.forward_flops_per_sample if measured.forward_flops_per_sample and flops else 1.0
+            return ModelTiming(measured.t0_s, measured.t1_s * scale, flops, measured.source)
+        if device.peak_flops:
+            return ModelTiming(overhead_s * 3 * layers, 3 * flops / (device.peak_flops * efficiency), flops,
+                               f"FLOP-count estimate: peak {device.peak_flops:.3g} FLOP/s x efficiency {efficiency}")
+        known = sorted({m for (d, m) in timings if d == device.profile_device})
+        raise InputError(
+            f"no compute profile for model {model!r} on device {device.profile_device!r} "
+            f"(profiled models: {', '.join(known) or 'none'}); measure one with "
+            f"'python -m simdist.calibrate.compute_profile' and list it under compute.profiles",
+            field="compute.profiles")
+
+    def timing(self, rank: int) -> ModelTiming:
+        return self._base[self.platform.devices[rank].profile_device]
+
+    def mean_duration_s(self, rank: int, batch_size: int) -> float:
+        """The noiseless duration of one forward/backward of ``batch_size`` samples on ``rank``."""
+        device = self.platform.devices[rank]
+        timing = self._base[device.profile_device]
+        share = device.cpus if device.cpus is not None else 1.0
+        return (timing.t0_s + timing.t1_s * batch_size) / (device.speed * share)
+
+    def duration_s(self, rank: int, batch_size: int) -> float:
+        """One sampled duration (advances the rank's noise stream when noise is on)."""
+        base = self.mean_duration_s(rank, batch_size)
+        if self.noise_sigma <= 0:
+            return base
+        s = self.noise_sigma
+        return base * math.exp(s * self._noise[rank].standard_normal() - 0.5 * s * s)
+
+    def describe(self) -> dict:
+        return {key: {"t0_s": t.t0_s, "t1_s": t.t1_s, "source": t.source} for key, t in self._base.items()}

@@ -1,0 +1,43 @@
+"""Device kinds: what a rank runs on, and where its compute times come from.
+
+A device kind names the compute profile its measured times are looked up under
+(``profile_device``) and, for devices that cannot be measured here, its peak rate, used by
+the FLOP-count estimate of :mod:`simdist.platform.compute` when no measured profile exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..registry import Registry
+
+__all__ = ["DeviceKind", "DEVICE_KINDS"]
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """Defaults of one kind of device."""
+
+    name: str
+    profile_device: str  # key of the compute profile holding this device's measured times
+    peak_flops: float | None  # dense peak of the training precision, FLOP/s (None: measured profiles only)
+    is_gpu: bool
+    source: str
+
+
+DEVICE_KINDS: Registry[DeviceKind] = Registry("device kind")
+
+
+def _add(kind: DeviceKind, description: str) -> None:
+    DEVICE_KINDS.add(kind.name, kind, description, citation=kind.source)
+
+
+_add(DeviceKind("cpu", "host-cpu", None, False,
+                "calibration/profiles/host-cpu.yaml (real kernels measured on the host, 1 torch thread per core)"),
+     "a CPU rank with a core share ('cpus', like docker --cpus); times from the host-cpu profile")
+_add(DeviceKind("a100", "a100", 312e12, True,
+                "hardware_reference.csv: gpu_compute 'A100 BF16 / FP16 Tensor Core' = 312 TFLOPS dense"),
+     "NVIDIA A100 SXM (bf16 tensor cores)")
+_add(DeviceKind("h100", "h100", 989e12, True,
+                "hardware_reference.csv: gpu_compute 'H100 SXM dense tf32 / bf16 / fp16 / fp8' = 989 TFLOPS bf16 dense"),
+     "NVIDIA H100 SXM (bf16 tensor cores)")

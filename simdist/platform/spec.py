@@ -1,0 +1,149 @@
+"""Platform files: the hardware only (nodes, devices, links, fabric), validated by pydantic.
+
+Scenario files say what runs on a platform; platform files say what it is. A platform is
+``nodes`` identical nodes of ``node.devices`` devices each (rank = node · devices + local
+index), an intra-node link kind, ``node.nics`` NICs per node (device k uses NIC k mod nics)
+and a fabric joining the nodes. Individual ranks may differ through ``device_overrides``
+(speed factor, CPU share), which is how heterogeneous clusters are described.
+
+Units are strings at the edge (``"200Gbps"``, ``"1.5us"``) or SI numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from ..units import parse_bandwidth, parse_flops, parse_time
+from .devices import DEVICE_KINDS
+from .links import LINK_KINDS
+
+__all__ = ["LinkSpec", "DeviceSpec", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
+           "Seconds", "BytesPerSecond", "FlopsPerSecond"]
+
+
+def _positive(parse):
+    def check(value):
+        x = parse(value)
+        if x <= 0:
+            raise ValueError(f"must be greater than zero, got {value!r}")
+        return x
+    return check
+
+
+Seconds = Annotated[float, BeforeValidator(parse_time)]
+BytesPerSecond = Annotated[float, BeforeValidator(_positive(parse_bandwidth))]
+FlopsPerSecond = Annotated[float, BeforeValidator(_positive(parse_flops))]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _known(registry, value: str) -> str:
+    if value not in registry:
+        raise ValueError(f"unknown {registry.kind} {value!r}; known: {', '.join(registry.names())}")
+    return value
+
+
+class LinkSpec(_Frozen):
+    """A link kind, optionally with its latency or bandwidth overridden."""
+
+    kind: str = Field(description="named link kind (simdist list links), e.g. nvlink3, ib-hdr, shm")
+    latency: Seconds | None = Field(None, description="one-way latency, e.g. '1.5us' (default: the kind's)")
+    bandwidth: BytesPerSecond | None = Field(None, description="per direction, e.g. '200Gbps' or '25GBps' (default: the kind's)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value):
+        return {"kind": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _kind_known(self):
+        _known(LINK_KINDS, self.kind)
+        return self
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency if self.latency is not None else LINK_KINDS.get(self.kind).latency_s
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.bandwidth if self.bandwidth is not None else LINK_KINDS.get(self.kind).bandwidth_Bps
+
+
+class DeviceSpec(_Frozen):
+    """The device every rank of a node has (unless overridden per rank)."""
+
+    kind: str = Field("cpu", description="device kind (simdist list devices): cpu, a100, h100")
+    speed: float = Field(1.0, gt=0, description="speed factor: compute times are divided by it (default 1)")
+    cpus: float | None = Field(None, gt=0, description="CPU share of a cpu rank, like docker --cpus (default 1)")
+    peak_flops: FlopsPerSecond | None = Field(None, description="override of the kind's peak, e.g. '19.5TFLOPS'")
+
+    @model_validator(mode="after")
+    def _kind_known(self):
+        _known(DEVICE_KINDS, self.kind)
+        return self
+
+
+class NodeSpec(_Frozen):
+    """One node: its devices, intra-node interconnect and NICs."""
+
+    devices: int = Field(1, ge=1, description="devices (ranks) per node")
+    device: DeviceSpec = Field(default_factory=DeviceSpec)
+    intra_link: LinkSpec = Field(LinkSpec(kind="shm"), description="device ↔ node interconnect port, per device")
+    nics: int = Field(1, ge=1, description="network interfaces per node; device k uses NIC k mod nics")
+    nic_link: LinkSpec = Field(LinkSpec(kind="ib-hdr"), description="NIC ↔ fabric link, per NIC")
+
+
+class FabricSpec(_Frozen):
+    """How nodes connect."""
+
+    topology: Literal["switch", "fat_tree", "ring", "torus"] = Field(
+        "switch", description="switch: one non-blocking switch; fat_tree: two levels, leaves of nodes_per_leaf "
+        "nodes with uplinks of (leaf NIC bandwidth / oversubscription); ring/torus: direct node-to-node links")
+    nodes_per_leaf: int = Field(8, ge=1, description="fat_tree: nodes under one leaf switch")
+    oversubscription: float = Field(1.0, ge=1.0, description="fat_tree: leaf down/up bandwidth ratio (1 = full bisection)")
+    dims: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="torus: nodes per dimension, product = nodes (default: a ring of all nodes)")
+    link: LinkSpec | None = Field(None, description="ring/torus: node-to-node link (default: the NIC link)")
+
+
+class DeviceOverride(_Frozen):
+    """Per-rank differences from the node's device (heterogeneous clusters)."""
+
+    ranks: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="ranks this override applies to")
+    speed: float | None = Field(None, gt=0)
+    cpus: float | None = Field(None, gt=0)
+
+
+class PlatformSpec(_Frozen):
+    """The hardware a scenario runs on."""
+
+    name: str = "custom"
+    description: str = ""
+    nodes: int = Field(1, ge=1, description="number of identical nodes")
+    node: NodeSpec = Field(default_factory=NodeSpec)
+    fabric: FabricSpec = Field(default_factory=FabricSpec)
+    device_overrides: list[DeviceOverride] = Field(default_factory=list)
+
+    @property
+    def device_count(self) -> int:
+        return self.nodes * self.node.devices
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        for i, override in enumerate(self.device_overrides):
+            bad = [r for r in override.ranks if r >= self.device_count]
+            if bad:
+                raise ValueError(f"device_overrides[{i}].ranks: rank {bad[0]} does not exist "
+                                 f"(the platform has ranks 0..{self.device_count - 1})")
+        dims = self.fabric.dims
+        if self.fabric.topology == "torus" and dims is not None:
+            product = 1
+            for d in dims:
+                product *= d
+            if product != self.nodes:
+                raise ValueError(f"fabric.dims {dims} multiply to {product}, but the platform has {self.nodes} nodes")
+        return self

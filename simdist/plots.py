@@ -1,0 +1,306 @@
+"""Figures of a run, read from its result directory (never from a re-run).
+
+:func:`plot_tables` draws, from a :class:`~simdist.results.LoadedResult`, each as PNG and SVG:
+
+``loss_vs_time``      training loss per update (raw, faint, and a moving average) and test
+                      loss (mean over the evaluated workers) against virtual time
+``accuracy_vs_time``  test accuracy of each evaluated worker against virtual time, with the
+                      target as a dashed line
+``staleness_hist``    how many updates had each staleness
+``timeline``          one row per rank, compute / comm / wait spans coloured, read from
+                      ``trace.json``; long runs show only their first seconds (at most
+                      :data:`MAX_SPANS_PER_RANK` spans per rank, :data:`MAX_TIMELINE_RANKS` rows)
+
+A figure whose data is absent (timing-only runs have no loss; no evaluations; no updates;
+no trace) is skipped, not an error. :func:`overlay_accuracy` and :func:`overlay_staleness`
+put several runs on one axes for sweep reports.
+
+Figures are :class:`matplotlib.figure.Figure` objects bound to the Agg canvas here, never
+pyplot: nothing is displayed, no global backend is switched and no figure registry grows.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from .results import PLOTS_DIR, LoadedResult, load_result_dir
+from .tracefile import read_trace_spans
+
+__all__ = [
+    "FIGURES",
+    "MAX_SPANS_PER_RANK",
+    "MAX_TIMELINE_RANKS",
+    "plot_result_dir",
+    "plot_tables",
+    "overlay_accuracy",
+    "overlay_staleness",
+]
+
+FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "timeline")
+MAX_SPANS_PER_RANK = 2000
+MAX_TIMELINE_RANKS = 256
+FORMATS = ("png", "svg")
+KIND_COLORS = {"compute": "tab:blue", "comm": "tab:orange", "wait": "0.75"}
+_OTHER_COLOR = "tab:purple"
+_RASTERIZE_ABOVE = 5000  # artists with more points than this are rasterized in SVG
+_TIME_LABEL = "virtual time (s)"
+
+
+def plot_result_dir(path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Draw the figures of the result directory ``path`` into ``out_dir`` (default ``path/plots``)."""
+    loaded = load_result_dir(path)
+    return plot_tables(loaded, Path(out_dir) if out_dir is not None else loaded.path / PLOTS_DIR)
+
+
+def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Draw every figure whose data ``loaded`` has into ``out_dir``; returns the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for name, draw in (
+        ("loss_vs_time", _draw_loss),
+        ("accuracy_vs_time", _draw_accuracy),
+        ("staleness_hist", _draw_staleness),
+        ("timeline", _draw_timeline),
+    ):
+        fig = draw(loaded)
+        if fig is not None:
+            written += _save(fig, out / name)
+    return written
+
+
+def overlay_accuracy(loaded_list: Sequence[LoadedResult], ax: Axes | None = None) -> Axes:
+    """Mean test accuracy against virtual time of several runs on one axes, one line per run."""
+    ax = ax if ax is not None else _new_axes()
+    for loaded, label in zip(loaded_list, _run_labels(loaded_list)):
+        evals = _numeric(loaded.evals, "time_s", "test_accuracy").dropna()
+        if evals.empty:
+            continue
+        mean = evals.groupby("time_s")["test_accuracy"].mean()
+        ax.plot(mean.index, mean.to_numpy(), marker="o", markersize=3, label=label)
+    ax.set_xlabel(_TIME_LABEL)
+    ax.set_ylabel("test accuracy (fraction)")
+    ax.set_title("Test accuracy vs virtual time")
+    _legend(ax)
+    return ax
+
+
+def overlay_staleness(loaded_list: Sequence[LoadedResult], ax: Axes | None = None) -> Axes:
+    """Staleness distributions of several runs on one axes (fraction of each run's updates)."""
+    ax = ax if ax is not None else _new_axes()
+    values = [_numeric(loaded.steps, "staleness")["staleness"].dropna().to_numpy() for loaded in loaded_list]
+    present = [v for v in values if v.size]
+    if present:
+        edges = _staleness_edges(np.concatenate(present))
+        for v, label in zip(values, _run_labels(loaded_list)):
+            if v.size:
+                ax.hist(v, bins=edges, histtype="step", linewidth=1.5,
+                        weights=np.full(v.size, 1.0 / v.size), label=label)
+    ax.set_xlabel("staleness (model versions)")
+    ax.set_ylabel("fraction of updates")
+    ax.set_title("Staleness distribution")
+    _legend(ax)
+    return ax
+
+
+# --------------------------------------------------------------------------- one figure each
+
+
+def _draw_loss(loaded: LoadedResult) -> Figure | None:
+    train = _numeric(loaded.steps, "time_s", "loss").dropna().sort_values("time_s", kind="stable")
+    test = _numeric(loaded.evals, "time_s", "test_loss").dropna()
+    if train.empty and test.empty:
+        return None
+    fig, ax = _new_figure()
+    if not train.empty:
+        t, loss = train["time_s"].to_numpy(), train["loss"].to_numpy()
+        window = int(np.clip(len(loss) // 50, 1, 500))
+        smooth = pd.Series(loss).rolling(window, min_periods=1).mean().to_numpy()
+        big = len(loss) > _RASTERIZE_ABOVE
+        if window > 1:
+            ax.plot(t, loss, color="tab:blue", alpha=0.25, linewidth=0.6, rasterized=big, label="training loss")
+        ax.plot(t, smooth, color="tab:blue", linewidth=1.6, rasterized=big,
+                label=f"training loss, mean of {window} updates" if window > 1 else "training loss")
+    if not test.empty:
+        mean = test.groupby("time_s")["test_loss"].mean()
+        ax.plot(mean.index, mean.to_numpy(), color="tab:red", marker="o", markersize=3, label="test loss")
+    ax.set_xlabel(_TIME_LABEL)
+    ax.set_ylabel("loss")
+    ax.set_title(f"{_run_title(loaded)}: loss vs virtual time")
+    _legend(ax)
+    return fig
+
+
+def _draw_accuracy(loaded: LoadedResult) -> Figure | None:
+    evals = _numeric(loaded.evals, "time_s", "worker", "test_accuracy").dropna()
+    if evals.empty:
+        return None
+    fig, ax = _new_figure()
+    for worker, rows in evals.sort_values("time_s", kind="stable").groupby("worker", sort=True):
+        ax.plot(rows["time_s"], rows["test_accuracy"], marker="o", markersize=3, label=f"worker {int(worker)}")
+    target = loaded.summary.get("target_accuracy")
+    if target is not None:
+        ax.axhline(float(target), color="k", linestyle="--", linewidth=1, label=f"target {float(target):g}")
+    ax.set_xlabel(_TIME_LABEL)
+    ax.set_ylabel("test accuracy (fraction)")
+    ax.set_title(f"{_run_title(loaded)}: test accuracy vs virtual time")
+    _legend(ax)
+    return fig
+
+
+def _draw_staleness(loaded: LoadedResult) -> Figure | None:
+    staleness = _numeric(loaded.steps, "staleness")["staleness"].dropna().to_numpy()
+    if staleness.size == 0:
+        return None
+    fig, ax = _new_figure()
+    ax.hist(staleness, bins=_staleness_edges(staleness), color="tab:blue", edgecolor="white")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("staleness (model versions)")
+    ax.set_ylabel("updates")
+    ax.set_title(f"{_run_title(loaded)}: staleness of {staleness.size} updates")
+    return fig
+
+
+def _draw_timeline(loaded: LoadedResult) -> Figure | None:
+    if not loaded.trace_path.is_file():
+        return None
+    spans, labels = read_trace_spans(loaded.trace_path)
+    if spans.empty:
+        return None
+    ranks = sorted(set(spans["rank"]) | set(labels))
+    shown = ranks[:MAX_TIMELINE_RANKS]
+    spans, horizon_s = _first_spans(spans[spans["rank"].isin(shown)])
+    row_of = {rank: i for i, rank in enumerate(shown)}
+    fig = Figure(figsize=(10, float(np.clip(1.0 + 0.3 * len(shown), 3.0, 14.0))), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    handles = []
+    for kind in sorted(set(spans["kind"])):
+        color = KIND_COLORS.get(kind, _OTHER_COLOR)
+        for blocking, (low, high) in ((True, (-0.42, 0.2)), (False, (0.25, 0.42))):
+            rows = spans[(spans["kind"] == kind) & (spans["blocking"] == blocking)]
+            if rows.empty:
+                continue
+            bars = _bars(rows, row_of, low, high, color, alpha=1.0 if blocking else 0.6)
+            ax.add_collection(bars, autolim=False)  # limits are set below
+        handles.append(Patch(color=color, label=kind))
+    if (~spans["blocking"]).any():
+        handles.append(Patch(color=KIND_COLORS["comm"], alpha=0.6, label="non-blocking\n(thin bar)"))
+    end_s = max(float(spans["end_s"].max()), float(loaded.summary.get("virtual_time_s") or 0.0))
+    ax.set_xlim(0.0, horizon_s if horizon_s is not None else end_s)
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    step = max(1, len(shown) // 48)
+    ax.set_yticks(range(0, len(shown), step))
+    ax.set_yticklabels([labels.get(r, f"rank {r}") for r in shown[::step]], fontsize=7 if len(shown) > 16 else 9)
+    ax.set_xlabel(_TIME_LABEL)
+    what = f"ranks {shown[0]}..{shown[-1]} of {len(ranks)}" if len(shown) < len(ranks) else "timeline"
+    if horizon_s is not None:
+        what += f", first {horizon_s:.4g} s"
+    ax.set_title(f"{_run_title(loaded)}: {what}")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _first_spans(spans: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """At most MAX_SPANS_PER_RANK spans per rank, cut at a common time horizon if any rank overflows."""
+    spans = spans.sort_values(["rank", "start_s"], kind="stable")
+    position = spans.groupby("rank").cumcount()
+    overflow = spans[position == MAX_SPANS_PER_RANK]
+    if overflow.empty:
+        return spans, None
+    horizon_s = float(overflow["start_s"].min())
+    kept = spans[(position < MAX_SPANS_PER_RANK) & (spans["start_s"] < horizon_s)]
+    return kept.assign(end_s=kept["end_s"].clip(upper=horizon_s)), horizon_s
+
+
+def _bars(rows: pd.DataFrame, row_of: dict[int, int], low: float, high: float, color: str,
+          alpha: float) -> PolyCollection:
+    x0, x1 = rows["start_s"].to_numpy(), rows["end_s"].to_numpy()
+    y = rows["rank"].map(row_of).to_numpy(dtype=float)
+    verts = np.stack(
+        [np.column_stack([x0, y + low]), np.column_stack([x0, y + high]),
+         np.column_stack([x1, y + high]), np.column_stack([x1, y + low])], axis=1)
+    return PolyCollection(verts, facecolors=color, edgecolors="none", alpha=alpha,
+                          rasterized=len(rows) > _RASTERIZE_ABOVE)
+
+
+def _staleness_edges(values: np.ndarray) -> np.ndarray:
+    low, high = float(np.min(values)), float(np.max(values))
+    if high - low <= 100 and np.all(np.mod(values, 1) == 0):
+        return np.arange(low, high + 2) - 0.5
+    return np.histogram_bin_edges(values, bins=100)
+
+
+def _numeric(table: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The named columns as floats (missing columns are all-NaN), so empty CSVs plot as empty."""
+    return pd.DataFrame(
+        {c: pd.to_numeric(table[c], errors="coerce") if c in table else pd.Series(np.nan, index=table.index)
+         for c in columns},
+        index=table.index,
+    ).astype(float)
+
+
+def _run_title(loaded: LoadedResult) -> str:
+    n = loaded.n_workers
+    return loaded.algorithm if n is None else f"{loaded.algorithm}, {n} worker{'s' if n != 1 else ''}"
+
+
+def _run_labels(loaded_list: Sequence[LoadedResult]) -> list[str]:
+    labels = [r.algorithm for r in loaded_list]
+    if len(set(labels)) < len(labels):
+        labels = [_run_title(r) for r in loaded_list]
+    if len(set(labels)) < len(labels):
+        labels = [f"{label} [{r.path.name}]" for label, r in zip(labels, loaded_list)]
+    return labels
+
+
+def _new_figure() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _new_axes() -> Axes:
+    return _new_figure()[1]
+
+
+def _legend(ax: Axes) -> None:
+    handles, _ = ax.get_legend_handles_labels()
+    if 0 < len(handles) <= 12:
+        ax.legend(fontsize=8)
+
+
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    paths = []
+    with matplotlib.rc_context({"svg.hashsalt": "simdist"}):  # stable SVG element ids
+        for fmt in FORMATS:
+            path = stem.with_suffix(f".{fmt}")
+            fig.savefig(path, format=fmt, dpi=110, metadata=_fixed_metadata(fmt))
+            fig.set_layout_engine("none")  # laid out once by the first save; keep it for the rest
+            paths.append(path)
+    return paths
+
+
+def _fixed_metadata(fmt: str) -> dict[str, Any]:
+    """No creation dates in the files, so identical runs give identical figures."""
+    if fmt == "svg":
+        return {"Date": None}
+    if fmt == "png":
+        return {"Software": None}
+    return {}

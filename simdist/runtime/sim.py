@@ -1,0 +1,371 @@
+"""SimRuntime: the Runtime seam over SimPy, with virtual time.
+
+Every rank's process runs in this one Python process, in virtual-time order, so what one
+worker reads from another is exactly what it would have seen at that instant: staleness is
+real, not sampled. Time advances only by events: compute takes the compute model's
+duration, messages and collectives become flows on the platform's links, and the real
+tensor math in between costs no virtual time.
+
+:class:`SimWorld` holds the shared state of one simulation (environment, network, mailboxes,
+collectives in progress, the recorder); :class:`SimRuntime` is one rank's view of it. Each
+algorithm generator is driven by :meth:`SimWorld.spawn`, which hands it the values of the
+requests it yields and records, per rank, the time spent blocked in communication (``comm``
+once data moves, ``wait`` while peers have not arrived yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Iterable
+
+import simpy
+import torch
+
+from ..errors import SimulationError
+from ..platform.compute import ComputeModel
+from ..platform.network import FlowNetwork, max_min_rates
+from ..platform.topology import Platform
+from ..recorder import Recorder
+from ..training.replica import PhantomTensor, payload_nbytes, snapshot
+from .base import ANY, GradResult, Group, Message
+from .collectives import FIDELITIES, Transfer, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
+
+__all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest"]
+
+
+@dataclass(eq=False)
+class Request:
+    """Something an algorithm waits on: a SimPy event plus what the time spent waiting was."""
+
+    kind: str  # "compute", "comm" or "progress"
+    name: str
+    event: simpy.Event
+    started_s: float | None = None  # when data started moving (comm); None while peers are missing
+
+
+@dataclass(eq=False)
+class ComputeRequest(Request):
+    """A forward/backward in progress; ``at_fraction`` gives a request for a point inside it."""
+
+    duration_s: float = 0.0
+    env: simpy.Environment | None = None
+    resolve: Callable[[], tuple[Any, float | None]] | None = None
+    batch_size: int = 0
+    _result: GradResult | None = None
+
+    def partial_result(self) -> GradResult:
+        """The gradient before compute has finished — for gradient buckets that backward has
+        already produced (``at_fraction``); reading parts not yet produced would be cheating."""
+        if self._result is None:
+            grad, loss = self.resolve()
+            self._result = GradResult(grad, loss, self.batch_size, self.started_s, self.started_s + self.duration_s)
+        return self._result
+
+    def at_fraction(self, fraction: float) -> Request:
+        """A request completing when ``fraction`` (0..1) of the compute time has passed."""
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        due = self.started_s + fraction * self.duration_s
+        return Request("progress", self.name, self.env.timeout(max(0.0, due - self.env.now)), self.started_s)
+
+
+@dataclass(eq=False)
+class _CollectiveOp:
+    kind: str
+    group: Group
+    algorithm: str | None
+    root: int | None
+    blocking: dict[int, bool] = field(default_factory=dict)
+    contributions: dict[int, Any] = field(default_factory=dict)
+    requests: dict[int, Request] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _RecvWaiter:
+    src: int
+    tag: int
+    request: Request
+
+
+GradientSource = Callable[[int, Any, Any], Callable[[], tuple[Any, float | None]]]
+
+
+class SimWorld:
+    """Shared state of one simulation."""
+
+    def __init__(self, platform: Platform, compute: ComputeModel, recorder: Recorder, *,
+                 gradient_source: GradientSource, fidelity: str = "analytic", default_collective: str = "ring"):
+        if fidelity not in FIDELITIES:
+            raise ValueError(f"unknown collective fidelity {fidelity!r}; known: {', '.join(FIDELITIES)}")
+        self.env = simpy.Environment()
+        self.platform = platform
+        self.compute_model = compute
+        self.recorder = recorder
+        self.network = FlowNetwork(self.env, platform.links)
+        self.fidelity = fidelity
+        self.default_collective = default_collective
+        self._gradient_source = gradient_source
+        self._mailboxes: dict[int, list[Message]] = {r: [] for r in range(platform.size)}
+        self._recv_waiters: dict[int, list[_RecvWaiter]] = {r: [] for r in range(platform.size)}
+        self._collective_seq: dict[tuple[tuple[int, ...], int], int] = {}
+        self._open_ops: dict[tuple[tuple[int, ...], int], _CollectiveOp] = {}
+        self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float]]] = {}
+        self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._compute_until: dict[int, float] = {}
+
+    def runtime(self, rank: int) -> "SimRuntime":
+        if not 0 <= rank < self.platform.size:
+            raise SimulationError(f"rank {rank} does not exist (platform has {self.platform.size})")
+        return SimRuntime(self, rank)
+
+    # -- driving algorithm processes ----------------------------------------------------
+
+    def spawn(self, rank: int, generator: Generator) -> simpy.Process:
+        """Run ``generator`` as rank ``rank``'s process; returns the SimPy process."""
+        return self.env.process(self._drive(rank, generator))
+
+    def _drive(self, rank: int, generator: Generator):
+        value: Any = None
+        while True:
+            try:
+                request = generator.send(value)
+            except StopIteration:
+                return
+            if not isinstance(request, Request):
+                raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
+            waited_from = self.env.now
+            value = yield request.event
+            if request.kind == "comm":
+                self._account_blocking(rank, request, waited_from)
+
+    def _account_blocking(self, rank: int, request: Request, waited_from: float) -> None:
+        now = self.env.now
+        waited_from = min(max(waited_from, self._compute_until.get(rank, 0.0)), now)  # computing is not waiting
+        started = request.started_s if request.started_s is not None else now
+        moving_from = min(max(waited_from, started), now)
+        self.recorder.span(rank, "wait", request.name, waited_from, moving_from)
+        self.recorder.span(rank, "comm", request.name, moving_from, now)
+
+    # -- compute ---------------------------------------------------------------------
+
+    def compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
+        env, start = self.env, self.env.now
+        batch_size = int(batch.size)
+        duration = self.compute_model.duration_s(rank, batch_size)
+        request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=duration, env=env,
+                                 resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
+        env.timeout(duration).callbacks.append(lambda _event: request.event.succeed(request.partial_result()))
+        self._compute_until[rank] = start + duration
+        self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
+        return request
+
+    # -- point to point ----------------------------------------------------------------
+
+    def send(self, src: int, dst: int, payload: Any, tag: int) -> Request:
+        if not 0 <= dst < self.platform.size:
+            raise SimulationError(f"rank {src} sends to rank {dst}, which does not exist")
+        nbytes = payload_nbytes(payload)
+        data, sent = snapshot(payload), self.env.now
+        request = Request("comm", "send", self.env.event(), sent)
+        flow = self.network.transfer(self.platform.route(src, dst), nbytes, src=src, dst=dst)
+
+        def deliver(_event) -> None:
+            self._deliver(Message(src, dst, tag, data, nbytes, sent, self.env.now))
+            request.event.succeed()
+
+        flow.callbacks.append(deliver)
+        return request
+
+    @staticmethod
+    def _matches(message: Message, src: int, tag: int) -> bool:
+        return (src == ANY or message.src == src) and (tag == ANY or message.tag == tag)
+
+    def _deliver(self, message: Message) -> None:
+        waiters = self._recv_waiters[message.dst]
+        for i, waiter in enumerate(waiters):
+            if self._matches(message, waiter.src, waiter.tag):
+                del waiters[i]
+                waiter.request.started_s = message.sent_s
+                waiter.request.event.succeed(message)
+                return
+        self._mailboxes[message.dst].append(message)
+
+    def poll(self, rank: int, src: int, tag: int) -> Message | None:
+        box = self._mailboxes[rank]
+        for i, message in enumerate(box):
+            if self._matches(message, src, tag):
+                return box.pop(i)
+        return None
+
+    def recv(self, rank: int, src: int, tag: int) -> Request:
+        request = Request("comm", "recv", self.env.event())
+        message = self.poll(rank, src, tag)
+        if message is not None:
+            request.started_s = message.sent_s
+            request.event.succeed(message)
+        else:
+            self._recv_waiters[rank].append(_RecvWaiter(src, tag, request))
+        return request
+
+    # -- collectives ---------------------------------------------------------------------
+
+    def collective(self, rank: int, kind: str, group: Group, tensor: Any, *, algorithm: str | None = None,
+                   root: int | None = None, blocking: bool = True) -> Request:
+        if rank not in group:
+            raise SimulationError(f"rank {rank} calls {kind} on group {group.ranks} it is not a member of")
+        key = (group.ranks, rank)
+        seq = self._collective_seq.get(key, 0)
+        self._collective_seq[key] = seq + 1
+        op = self._open_ops.setdefault((group.ranks, seq), _CollectiveOp(kind, group, algorithm, root))
+        if (op.kind, op.algorithm, op.root) != (kind, algorithm, root):
+            raise SimulationError(
+                f"collective mismatch on group {group.ranks} (call #{seq}): rank {rank} calls {kind}"
+                f"(algorithm={algorithm}, root={root}) but another member called {op.kind}"
+                f"(algorithm={op.algorithm}, root={op.root})")
+        request = Request("comm", kind, self.env.event())
+        op.contributions[rank], op.requests[rank], op.blocking[rank] = tensor, request, blocking
+        if len(op.contributions) == group.size:
+            del self._open_ops[(group.ranks, seq)]
+            self.env.process(self._run_collective(op))
+        return request
+
+    def _run_collective(self, op: _CollectiveOp):
+        start = self.env.now
+        for request in op.requests.values():
+            request.started_s = start
+        results, plan_key, plan = self._collective_math_and_plan(op)
+        if plan:
+            yield from self._execute(plan_key, plan)
+        end = self.env.now
+        for rank in op.group.ranks:
+            if not op.blocking[rank]:
+                self.recorder.span(rank, "comm", op.kind, start, end, blocking=False)
+            op.requests[rank].event.succeed(results[rank] if isinstance(results, dict) else results)
+
+    def _collective_math_and_plan(self, op: _CollectiveOp):
+        ranks = op.group.ranks
+        ordered = [op.contributions[r] for r in ranks]
+        nbytes = max(payload_nbytes(t) for t in ordered) if ordered else 0
+        if op.kind == "allreduce":
+            algorithm = op.algorithm or self.default_collective
+            key = ("allreduce", algorithm, ranks, nbytes)
+            return _sum(ordered), key, allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
+        if op.kind == "broadcast":
+            value = snapshot(op.contributions[op.root])
+            nbytes = payload_nbytes(value)
+            return value, ("broadcast", ranks, nbytes, op.root), broadcast_plan(ranks, nbytes, op.root)
+        if op.kind == "allgather":
+            return list(ordered), ("allgather", ranks, nbytes), allgather_plan(ranks, nbytes)
+        if op.kind == "barrier":
+            return None, ("barrier", ranks), barrier_plan(ranks)
+        raise SimulationError(f"unknown collective {op.kind!r}")
+
+    def _execute(self, key: Any, plan):
+        """Run a collective schedule with the world's fidelity (see runtime.collectives)."""
+        for index, phase in enumerate(plan):
+            if self.fidelity == "flows":
+                for step in phase:
+                    yield simpy.AllOf(self.env, [self._flow(t) for t in step])
+                continue
+            closed_form_s, latency_s, pair_bytes = self._analytic_phase((key, index), phase)
+            start = self.env.now
+            flows = [self.network.transfer(self.platform.route(src, dst), nbytes, src=src, dst=dst, latency_s=latency_s)
+                     for (src, dst), nbytes in pair_bytes.items()]
+            yield simpy.AllOf(self.env, flows)
+            remaining = start + closed_form_s - self.env.now
+            if remaining > 0:
+                yield self.env.timeout(remaining)
+
+    def _flow(self, t: Transfer):
+        return self.network.transfer(self.platform.route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst)
+
+    def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float]]:
+        cached = self._analytic_cache.get(key)
+        if cached is None:
+            step_costs: dict[Any, tuple[float, float]] = {}
+            total_s = latency_s = 0.0
+            pair_bytes: dict[tuple[int, int], float] = {}
+            for step in phase:
+                cost = step_costs.get(step)
+                if cost is None:
+                    cost = step_costs[step] = self._uncontended_step(step)
+                latency_s += cost[0]
+                total_s += cost[0] + cost[1]
+                for t in step:
+                    pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes
+            cached = self._analytic_cache[key] = (total_s, latency_s, pair_bytes)
+        return cached
+
+    def _uncontended_step(self, step) -> tuple[float, float]:
+        """(max route latency, max transfer time) of one step alone on an idle platform."""
+        routes = [self.platform.route(t.src, t.dst) for t in step]
+        latency = max(sum(link.latency_s for link in route) for route in routes)
+        rates = max_min_rates([[link.index for link in route] for route in routes],
+                              [link.bandwidth_Bps for link in self.platform.links])
+        transfer = max((t.nbytes / rate if t.nbytes > 0 else 0.0) for t, rate in zip(step, rates))
+        return latency, transfer
+
+    # -- records ---------------------------------------------------------------------
+
+    def record(self, rank: int, kind: str, fields: dict[str, Any]) -> None:
+        if kind == "update":
+            row = dict(time_s=self.env.now, **fields)
+            self.recorder.update(**row)
+            for listener in self.update_listeners:
+                listener(row)
+        else:
+            self.recorder.event(kind, time_s=self.env.now, rank=rank, **fields)
+
+
+def _sum(tensors: list[Any]) -> Any:
+    """Elementwise sum in group order (deterministic); phantoms stay phantoms."""
+    first = tensors[0]
+    if any(isinstance(t, PhantomTensor) for t in tensors):
+        return PhantomTensor(first.numel(), first.dtype)
+    if len(tensors) == 1:
+        return first.clone()
+    return torch.stack(tensors).sum(0)
+
+
+class SimRuntime:
+    """One rank's view of a :class:`SimWorld` (implements :class:`~simdist.runtime.base.Runtime`)."""
+
+    def __init__(self, world: SimWorld, rank: int):
+        self.world = world
+        self.rank = rank
+        self.world_size = world.platform.size
+
+    def now(self) -> float:
+        return self.world.env.now
+
+    def compute(self, replica: Any, batch: Any) -> ComputeRequest:
+        return self.world.compute(self.rank, replica, batch)
+
+    def send(self, dst: int, payload: Any, tag: int = 0) -> Request:
+        return self.world.send(self.rank, dst, payload, tag)
+
+    def recv(self, src: int = ANY, tag: int = ANY) -> Request:
+        return self.world.recv(self.rank, src, tag)
+
+    def poll(self, src: int = ANY, tag: int = ANY) -> Message | None:
+        return self.world.poll(self.rank, src, tag)
+
+    def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> Request:
+        return self.world.collective(self.rank, "allreduce", group, tensor, algorithm=algorithm)
+
+    def iallreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> Request:
+        return self.world.collective(self.rank, "allreduce", group, tensor, algorithm=algorithm, blocking=False)
+
+    def broadcast(self, group: Group, tensor: Any, root: int) -> Request:
+        return self.world.collective(self.rank, "broadcast", group, tensor, root=root)
+
+    def allgather(self, group: Group, tensor: Any) -> Request:
+        return self.world.collective(self.rank, "allgather", group, tensor)
+
+    def barrier(self, group: Group) -> Request:
+        return self.world.collective(self.rank, "barrier", group, None)
+
+    def group(self, ranks: Iterable[int], name: str = "") -> Group:
+        return Group(tuple(int(r) for r in ranks), name)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        self.world.record(self.rank, kind, fields)

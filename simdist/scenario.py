@@ -1,0 +1,347 @@
+"""Scenario files: platform + workload + algorithm + stop criteria, validated once.
+
+A scenario is YAML (``yaml.safe_load`` only: no tags, no code). Loading it:
+
+1. reads the file (size-limited) and checks it is a mapping;
+2. applies ``--set dotted.key=value`` overrides (values parsed as YAML scalars/lists);
+3. resolves ``platform`` — a preset name, a platform file path (relative to the scenario),
+   or a mapping with an optional ``preset:``/``file:`` base plus overriding fields;
+4. validates everything with pydantic, the algorithm's options with the config class its
+   registry entry names, and cross-field rules (workers ≤ devices, a stop criterion).
+
+Every failure is an :class:`~simdist.errors.InputError` naming the file, the field path and
+what is allowed. After loading, runtime objects trust the configuration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import InputError
+from .platform.presets import PLATFORMS
+from .platform.spec import PlatformSpec, Seconds
+from .runtime.collectives import COLLECTIVES
+from .training.optim import OptimizerConfig
+
+__all__ = ["Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
+           "OutputConfig", "load_scenario", "scenario_from_dict", "apply_overrides", "format_validation_error",
+           "MAX_SCENARIO_BYTES", "scenario_json_schema"]
+
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few hundred lines; anything larger is a mistake
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NamedSpec(_Config):
+    """A registered component by name plus its options: ``mlp`` or ``{name: mlp, hidden: [64]}``."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, value):
+        if isinstance(value, str):
+            return {"name": value}
+        if isinstance(value, dict) and "name" in value:
+            return {"name": value["name"], "options": {k: v for k, v in value.items() if k != "name"}}
+        return value
+
+
+class WorkloadConfig(_Config):
+    """What is trained: model, data, per-worker batch and optimizer."""
+
+    model: NamedSpec = Field(description="model name (simdist list models), 'pkg.mod:factory', or {name, options...}")
+    dataset: NamedSpec = Field(NamedSpec(name="digits"), description="dataset name (simdist list datasets) or {name, options...}")
+    batch_size: int = Field(32, ge=1, description="samples per worker per step")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    timing_only: bool = Field(False, description="no tensors: payload sizes from the parameter count, no accuracy")
+    allow_code_import: bool = Field(False, description="allow model: 'pkg.mod:factory' (imports and runs that code)")
+
+
+class StopConfig(_Config):
+    """When the run ends: the first criterion met (at least one of epochs, steps, virtual_time)."""
+
+    epochs: int | None = Field(None, ge=1, description="epochs of each worker's shard")
+    steps: int | None = Field(None, ge=1, description="global model updates")
+    virtual_time: Seconds | None = Field(None, description="virtual time limit, e.g. '30s'")
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="stop once test accuracy reaches this")
+
+    @model_validator(mode="after")
+    def _some_limit(self):
+        if self.epochs is None and self.steps is None and self.virtual_time is None:
+            raise ValueError("give at least one of epochs, steps or virtual_time (target_accuracy alone may never be met)")
+        if self.virtual_time is not None and self.virtual_time <= 0:
+            raise ValueError("virtual_time must be greater than zero")
+        return self
+
+
+class EvaluationConfig(_Config):
+    """How often the test set is evaluated (costs no virtual time)."""
+
+    every_steps: int | None = Field(None, ge=1, description="evaluate every this many global steps (default 50)")
+    every_time: Seconds | None = Field(None, description="evaluate every this much virtual time, e.g. '0.5s'")
+    max_samples: int | None = Field(None, ge=1, description="evaluate on at most this many test samples")
+
+    @model_validator(mode="after")
+    def _one_interval(self):
+        if self.every_steps is not None and self.every_time is not None:
+            raise ValueError("give every_steps or every_time, not both")
+        if self.every_time is not None and self.every_time <= 0:
+            raise ValueError("every_time must be greater than zero")
+        return self
+
+
+class NetworkConfig(_Config):
+    """How communication is modelled."""
+
+    collective_fidelity: Literal["analytic", "flows"] = Field(
+        "analytic", description="analytic: closed-form alpha-beta per schedule; flows: every step as flows")
+    collective: str = Field("ring", description="default allreduce algorithm (simdist list collectives)")
+
+    @model_validator(mode="after")
+    def _known(self):
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES.names())}")
+        return self
+
+
+class ComputeConfig(_Config):
+    """Where compute times come from and how they vary."""
+
+    profiles: list[str] = Field(default_factory=list, description="extra profile files (after calibration/profiles/*.yaml)")
+    noise_sigma: float = Field(0.0, ge=0, le=2, description="log-std of lognormal compute jitter (0 = none)")
+    efficiency: float = Field(0.4, gt=0, le=1, description="fraction of peak FLOP/s for devices without a measured profile")
+    kernel_overhead_s: Seconds = Field(10e-6, description="per-kernel launch cost for devices without a measured profile")
+    threads: int = Field(1, ge=1, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
+
+
+class OutputConfig(_Config):
+    """What a run writes besides the tables."""
+
+    plots: bool = True
+    trace: bool = True
+
+
+class Scenario(_Config):
+    """A complete, validated scenario."""
+
+    name: str = Field("scenario", description="a short name used in outputs")
+    description: str = ""
+    seed: int = Field(0, ge=0, description="the one seed every random stream derives from")
+    platform: PlatformSpec
+    workers: int | None = Field(None, ge=1, description="ranks that train (default: every device)")
+    workload: WorkloadConfig
+    algorithm: dict[str, Any] = Field(description="{name: sync|..., options...} (simdist list algorithms)")
+    stop: StopConfig
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    outputs: OutputConfig = Field(default_factory=OutputConfig)
+    source: str | None = Field(None, description="the file this scenario was read from (set by the loader)")
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers or self.platform.device_count
+
+    @property
+    def algorithm_name(self) -> str:
+        return self.algorithm["name"]
+
+    def algorithm_config(self):
+        """The algorithm's validated config object."""
+        from .algorithms import ALGORITHMS
+        return ALGORITHMS.entry(self.algorithm_name).config.model_validate(self.algorithm)
+
+    def resolved(self) -> dict[str, Any]:
+        """The JSON-able resolved scenario (written to the manifest)."""
+        return self.model_dump(mode="json", exclude={"source"})
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+def _loc(loc: tuple) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("function-after", "function-before", "function-wrap") or str(item).startswith("function-"):
+            continue
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def format_validation_error(exc: ValidationError, *, source: str | None, prefix: str = "") -> InputError:
+    """The first pydantic error as a one-line InputError (field path and what is allowed)."""
+    error = exc.errors(include_url=False)[0]
+    field = _loc(tuple(error["loc"]))
+    field = f"{prefix}.{field}" if prefix and field else prefix or field
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        message = "required field is missing"
+    elif error["type"] == "extra_forbidden":
+        message = "unknown field (check the spelling; 'simdist schema' lists the allowed fields)"
+    return InputError(message, source=source, field=field or None)
+
+
+def _read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+    src = str(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{what} file not found", source=src) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} file ({exc.strerror})", source=src) from None
+    if path.is_dir():
+        raise InputError(f"is a directory, expected a {what} YAML file", source=src)
+    if size > MAX_SCENARIO_BYTES:
+        raise InputError(f"file is {size} bytes; a {what} file may be at most {MAX_SCENARIO_BYTES} bytes", source=src)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"not a text file (expected UTF-8 YAML {what})", source=src) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"not valid YAML{where}: {problem}", source=src) from None
+    except RecursionError:
+        raise InputError("YAML nesting too deep", source=src) from None
+    if not isinstance(data, dict):
+        raise InputError(f"a {what} file must be a YAML mapping (key: value), got {type(data).__name__}", source=src)
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``dotted.key=value`` overrides; the value is parsed as YAML (numbers, lists, strings)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise InputError(f"expected dotted.key=value, got {item!r}", source="--set")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise InputError(f"cannot parse value {raw!r}", source="--set", field=key) from None
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if isinstance(child, str) and part == "platform":
+                child = {"preset": child}
+            if not isinstance(child, dict):
+                child = {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = {"file": value} if value.endswith((".yaml", ".yml")) else {"preset": value}
+    if not isinstance(value, dict):
+        raise InputError("must be a preset name, a platform file path, or a mapping", source=source, field="platform")
+    value = dict(value)
+    if "preset" in value and "file" in value:
+        raise InputError("give preset or file, not both", source=source, field="platform")
+    if "preset" in value:
+        name = value.pop("preset")
+        if name not in PLATFORMS:
+            raise InputError(f"unknown platform preset {name!r}; known: {', '.join(PLATFORMS.names())}",
+                             source=source, field="platform.preset")
+        value = _merge(PLATFORMS.get(name)(), value)
+    elif "file" in value:
+        path = base_dir / str(value.pop("file"))
+        value = _merge(_read_yaml_mapping(path, "platform"), value)
+    return value
+
+
+def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_dir: Path | None = None,
+                       overrides: list[str] | None = None) -> Scenario:
+    """Validate a scenario mapping (what :func:`load_scenario` does after reading the file)."""
+    from .algorithms import ALGORITHMS  # registry fills on import
+
+    data = apply_overrides(dict(data), overrides or [])
+    data["platform"] = _resolve_platform(data.get("platform", "laptop-cpu"), base_dir or Path("."), source)
+    algorithm = data.get("algorithm")
+    if isinstance(algorithm, str):
+        data["algorithm"] = algorithm = {"name": algorithm}
+    try:
+        scenario = Scenario.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        raise format_validation_error(exc, source=source) from None
+    name = scenario.algorithm.get("name")
+    if not isinstance(name, str):
+        raise InputError(f"needs a name; known: {', '.join(ALGORITHMS.names())}", source=source, field="algorithm.name")
+    if name not in ALGORITHMS:
+        raise InputError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS.names())}",
+                         source=source, field="algorithm.name")
+    try:
+        config = ALGORITHMS.entry(name).config.model_validate(scenario.algorithm)
+    except ValidationError as exc:
+        raise format_validation_error(exc, source=source, prefix="algorithm") from None
+    _check_cross_fields(scenario, config, source)
+    return scenario.model_copy(update={"algorithm": config.model_dump(mode="json")})
+
+
+def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> None:
+    devices = scenario.platform.device_count
+    if scenario.workers is not None and scenario.workers > devices:
+        raise InputError(f"{scenario.workers} workers but the platform has only {devices} devices "
+                         f"({scenario.platform.nodes} nodes x {scenario.platform.node.devices})",
+                         source=source, field="workers")
+    if scenario.workload.timing_only and scenario.stop.target_accuracy is not None:
+        raise InputError("timing-only runs compute no accuracy; remove stop.target_accuracy or timing_only",
+                         source=source, field="stop.target_accuracy")
+    check = getattr(config, "check_scenario", None)
+    if check is not None:
+        try:
+            check(scenario)
+        except InputError as exc:
+            raise exc.at(source=source) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None, *, timing_only: bool | None = None) -> Scenario:
+    """Read, override, resolve and validate the scenario file at ``path``."""
+    path = Path(path)
+    data = _read_yaml_mapping(path, "scenario")
+    overrides = list(overrides or [])
+    if timing_only:
+        overrides.append("workload.timing_only=true")
+    return scenario_from_dict(data, source=str(path), base_dir=path.parent, overrides=overrides)
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """JSON Schema of scenario files, with each registered algorithm's options."""
+    from .algorithms import ALGORITHMS
+
+    schema = Scenario.model_json_schema(mode="validation")
+    schema["properties"].pop("source", None)
+    schema["properties"]["platform"] = {
+        "description": "a preset name (simdist list platforms), a platform file path, or a mapping "
+                       "{preset|file: ..., overriding fields...}",
+        "anyOf": [{"type": "string"}, PlatformSpec.model_json_schema(mode="validation")],
+    }
+    schema["properties"]["algorithm"] = {
+        "description": "the training algorithm and its options",
+        "oneOf": [entry.config.model_json_schema(mode="validation") for entry in ALGORITHMS],
+    }
+    return schema

@@ -1,0 +1,238 @@
+"""Run one scenario in the simulator and return its :class:`~simdist.results.RunResult`.
+
+Wires the layers together: platform → compute model and flow network → SimWorld; workload
+→ replicas, data shards and the lazily batched gradient evaluator; the registered
+algorithm → one process per rank. Then it runs virtual time until the first stop
+criterion (epochs done, step or time limit, target accuracy), evaluating the test set at
+the configured interval, and collects everything into a RunResult.
+
+Gradient requests are evaluated lazily: compute calls submit (weights, batch) and the first
+result needed evaluates every pending request in one batched call, so workers that start
+computing at the same instant on identical weights cost one vectorised forward/backward.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import simpy
+import torch
+
+from .algorithms import ALGORITHMS, AlgorithmContext
+from .errors import InputError
+from .platform.compute import ComputeModel, default_profile_paths, load_profiles
+from .platform.topology import Platform
+from .recorder import Recorder
+from .results import LinkStats, RankInfo, RunResult
+from .runtime.sim import SimWorld
+from .scenario import Scenario
+from .training.data import EpochSharder, ShardIterator
+from .training.replica import PhantomReplica, PhantomTensor
+from .training.workload import Workload, build_workload
+
+__all__ = ["simulate", "DEFAULT_EVAL_EVERY_STEPS", "Progress"]
+
+DEFAULT_EVAL_EVERY_STEPS = 50
+
+Progress = Callable[[float, str], None]  # (fraction done 0..1, short status text)
+
+
+def _profile_paths(scenario: Scenario) -> list[Path]:
+    base = Path(scenario.source).parent if scenario.source else Path(".")
+    extra = [base / p for p in scenario.compute.profiles]
+    for i, path in enumerate(extra):
+        if not path.is_file():
+            raise InputError(f"compute profile {str(path)!r} not found", source=scenario.source,
+                             field=f"compute.profiles[{i}]")
+    return default_profile_paths() + extra
+
+
+def _gradient_source(workload: Workload, timing_only: bool):
+    if timing_only:
+        numel = workload.param_count
+
+        def phantom(rank: int, replica: Any, batch: Any):
+            return lambda: (PhantomTensor(numel), None)
+
+        return phantom
+
+    def real(rank: int, replica: Any, batch: Any):
+        x, y = workload.batch_tensors(batch)
+        return workload.pending.submit(replica.params, x, y).result
+
+    return real
+
+
+@dataclass
+class _StopState:
+    reason: str | None = None
+    max_step: int = 0
+
+
+class _Run:
+    """The mutable state of one simulation while it runs."""
+
+    def __init__(self, scenario: Scenario, progress: Progress | None):
+        self.scenario = scenario
+        self.progress = progress
+        self.timing_only = scenario.workload.timing_only
+        self.platform = Platform(scenario.platform)
+        self.workers = list(range(scenario.worker_count))
+        self.workload = build_workload(
+            scenario.workload.model.name, scenario.workload.model.options,
+            scenario.workload.dataset.name, scenario.workload.dataset.options,
+            scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import)
+        self.compute = ComputeModel(
+            self.platform, load_profiles(_profile_paths(scenario)), model=self.workload.model_name,
+            forward_flops_per_sample=self.workload.forward_flops_per_sample,
+            parameter_layers=sum(1 for layer in self.workload.layers if layer.forward_flops_per_sample > 0),
+            seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma,
+            efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s)
+        self.recorder = Recorder()
+        self.world = SimWorld(self.platform, self.compute, self.recorder,
+                              gradient_source=_gradient_source(self.workload, self.timing_only),
+                              fidelity=scenario.network.collective_fidelity,
+                              default_collective=scenario.network.collective)
+        self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
+        self.algorithm = self._make_algorithm()
+        self.stop = _StopState()
+        self.stop_event = self.world.env.event()
+        self.best_accuracy: float | None = None
+        self._eval_pending = False
+        self._last_progress_wall = 0.0
+
+    def _make_algorithm(self):
+        s = self.scenario
+        initial = None if self.timing_only else self.workload.initial_params()
+
+        def make_replica():
+            if self.timing_only:
+                return PhantomReplica(self.workload.param_count, self.workload.optimizer)
+            return self.workload.new_replica(initial.clone())
+
+        ctx = AlgorithmContext(
+            workers=self.workers, node_of=self.platform.node_of, workload=self.workload,
+            batch_size=s.workload.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=self.timing_only,
+            make_data=lambda i: ShardIterator(self.sharder, i, s.stop.epochs), make_replica=make_replica)
+        entry = ALGORITHMS.entry(s.algorithm_name)
+        return entry.factory(s.algorithm_config(), ctx)
+
+    # -- evaluation and stopping ---------------------------------------------------------
+
+    def evaluate(self) -> None:
+        if self.timing_only:
+            return
+        for rank, replica in sorted(self.algorithm.evaluation_replicas().items()):
+            loss, accuracy = self.workload.test_metrics(replica.params, max_samples=self.scenario.evaluation.max_samples)
+            self.recorder.evaluation(time_s=self.world.env.now, step=self.stop.max_step, worker=rank,
+                                     test_loss=loss, test_accuracy=accuracy)
+            self.best_accuracy = accuracy if self.best_accuracy is None else max(self.best_accuracy, accuracy)
+        target = self.scenario.stop.target_accuracy
+        if target is not None and self.best_accuracy is not None and self.best_accuracy >= target:
+            self.request_stop("target_reached")
+
+    def _deferred_evaluate(self):
+        yield self.world.env.timeout(0)  # after every process due at this instant has applied its update
+        self._eval_pending = False
+        self.evaluate()
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop.reason is None:
+            self.stop.reason = reason
+            self.stop_event.succeed()
+
+    def on_update(self, row: dict[str, Any]) -> None:
+        step = int(row["step"])
+        if step > self.stop.max_step:
+            self.stop.max_step = step
+            every = self.scenario.evaluation.every_steps
+            if self.scenario.evaluation.every_time is None:
+                every = every or DEFAULT_EVAL_EVERY_STEPS
+                if step % every == 0 and not self._eval_pending:
+                    self._eval_pending = True
+                    self.world.env.process(self._deferred_evaluate())
+            limit = self.scenario.stop.steps
+            if limit is not None and step >= limit:
+                self.request_stop("step_limit")
+        self._report_progress()
+
+    def _timed_evaluations(self, every_s: float):
+        while True:
+            yield self.world.env.timeout(every_s)
+            self.evaluate()
+
+    def _report_progress(self) -> None:
+        if self.progress is None:
+            return
+        wall = time.perf_counter()
+        if wall - self._last_progress_wall < 0.1:
+            return
+        self._last_progress_wall = wall
+        stop, fractions = self.scenario.stop, [0.0]
+        if stop.steps:
+            fractions.append(self.stop.max_step / stop.steps)
+        if stop.virtual_time:
+            fractions.append(self.world.env.now / stop.virtual_time)
+        if stop.epochs and self.algorithm.epochs_completed() is not None:
+            fractions.append(self.algorithm.epochs_completed() / stop.epochs)
+        self.progress(min(max(fractions), 1.0), f"step {self.stop.max_step}, t={self.world.env.now:.3g}s")
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> str:
+        env = self.world.env
+        self.world.update_listeners.append(self.on_update)
+        processes = {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
+                     for rank, make in self.algorithm.processes().items()}
+        worker_processes = [processes[r] for r in self.workers if r in processes]
+        waits = [simpy.AllOf(env, worker_processes), self.stop_event]
+        if self.scenario.stop.virtual_time is not None:
+            waits.append(env.timeout(self.scenario.stop.virtual_time))
+        if self.scenario.evaluation.every_time is not None and not self.timing_only:
+            env.process(self._timed_evaluations(self.scenario.evaluation.every_time))
+        self.evaluate()
+        try:
+            env.run(until=simpy.AnyOf(env, waits))
+        except RuntimeError as exc:  # the event queue ran dry before any stop condition: a deadlock
+            if "No scheduled events left" not in str(exc):
+                raise
+            return "stalled"
+        if self.stop.reason is not None:
+            return self.stop.reason
+        if all(p.triggered for p in worker_processes):
+            return "completed"
+        return "time_limit"
+
+
+def simulate(scenario: Scenario, *, progress: Progress | None = None) -> RunResult:
+    """Simulate ``scenario``; deterministic for a given scenario and seed."""
+    wall_start = time.perf_counter()
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(scenario.compute.threads)
+    try:
+        run = _Run(scenario, progress)
+        status = run.run()
+        if status != "target_reached" or not run.recorder.evals or run.recorder.evals[-1]["time_s"] != run.world.env.now:
+            run.evaluate()
+    finally:
+        torch.set_num_threads(previous_threads)
+    now = run.world.env.now
+    run.world.network.finalize(now)
+    net = run.world.network
+    links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])
+             for link in run.platform.links if net.link_bytes[link.index] > 0 or net.link_busy_s[link.index] > 0]
+    ranks = [RankInfo(d.rank, d.node, d.kind, "worker" if d.rank in run.workers else "idle")
+             for d in run.platform.devices if d.rank in run.workers or d.rank in run.algorithm.processes()]
+    server_ranks = set(run.algorithm.processes()) - set(run.workers)
+    ranks = [RankInfo(r.rank, r.node, r.device, "server" if r.rank in server_ranks else r.role) for r in ranks]
+    return RunResult(
+        scenario=scenario.resolved(), platform=run.platform.describe(), seed=scenario.seed,
+        algorithm=scenario.algorithm_name, ranks=ranks, recorder=run.recorder, links=links,
+        virtual_time_s=now, wall_time_s=time.perf_counter() - wall_start, status=status,
+        target_accuracy=scenario.stop.target_accuracy, epochs=run.algorithm.epochs_completed(),
+        timing_only=run.timing_only,
+        extra={"compute_profiles": run.compute.describe(), "param_count": run.workload.param_count,
+               "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values())})

@@ -1,0 +1,121 @@
+"""Deterministic data sharding, reshuffled every epoch, with batch sizes that may change per step.
+
+Each epoch, :class:`EpochSharder` draws one permutation of the training set from the named
+stream ``"data-order/epoch{e}"`` of the run seed, drops the last ``n_samples % n_workers``
+entries (as ``torch.utils.data.DistributedSampler(drop_last=True)`` does, so every worker
+sees the same number of samples) and gives worker ``i`` the ``i``-th contiguous slice.
+:class:`ShardIterator` walks one worker's shards epoch after epoch; its batch size can
+differ on every call (DBS-SGD), and a batch never spans two epochs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..seeding import numpy_stream
+
+__all__ = ["EpochSharder", "Batch", "ShardIterator"]
+
+
+class EpochSharder:
+    """Splits ``n_samples`` sample indices among ``n_workers`` workers, anew each epoch."""
+
+    _CACHED_EPOCHS = 4  # workers of an asynchronous run may be a few epochs apart
+
+    def __init__(self, n_samples: int, n_workers: int, seed: int):
+        if n_workers < 1:
+            raise InputError(f"the number of workers must be at least 1, got {n_workers}")
+        if n_workers > n_samples:
+            raise InputError(
+                f"{n_workers} workers cannot share {n_samples} training samples; "
+                f"use at most {n_samples} workers or a larger dataset"
+            )
+        self.n_samples = int(n_samples)
+        self.n_workers = int(n_workers)
+        self.seed = int(seed)
+        self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def shard_size(self) -> int:
+        """Samples per worker per epoch."""
+        return self.n_samples // self.n_workers
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The epoch's permutation, truncated to ``shard_size * n_workers`` entries."""
+        if epoch not in self._orders:
+            if len(self._orders) >= self._CACHED_EPOCHS:
+                del self._orders[min(self._orders)]
+            perm = numpy_stream(self.seed, f"data-order/epoch{epoch}").permutation(self.n_samples)
+            self._orders[epoch] = perm[: self.shard_size * self.n_workers].astype(np.int64)
+        return self._orders[epoch]
+
+    def shard(self, epoch: int, worker: int) -> np.ndarray:
+        """Sample indices (int64) of ``worker`` in ``epoch``; a read-only view."""
+        if not 0 <= worker < self.n_workers:
+            raise ValueError(f"worker {worker} out of range 0..{self.n_workers - 1}")
+        size = self.shard_size
+        view = self.order(epoch)[worker * size : (worker + 1) * size]
+        view.flags.writeable = False
+        return view
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One mini-batch: sample indices into the training set, and where they came from."""
+
+    indices: np.ndarray
+    epoch: int
+    worker: int
+
+    @property
+    def size(self) -> int:
+        return int(len(self.indices))
+
+
+class ShardIterator:
+    """One worker's walk through its shards; ``max_epochs=None`` never ends."""
+
+    def __init__(self, sharder: EpochSharder, worker: int, max_epochs: int | None = None):
+        if not 0 <= worker < sharder.n_workers:
+            raise ValueError(f"worker {worker} out of range 0..{sharder.n_workers - 1}")
+        self.sharder = sharder
+        self.worker = worker
+        self.max_epochs = max_epochs
+        self._epoch = 0
+        self._position = 0  # next unread offset inside the current epoch's shard
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch comes from (equals ``max_epochs`` once exhausted)."""
+        return self._epoch
+
+    @property
+    def samples_consumed(self) -> int:
+        return self._epoch * self.sharder.shard_size + self._position
+
+    @property
+    def epochs_completed(self) -> float:
+        """Epochs done, fractional: samples consumed / shard size."""
+        return self.samples_consumed / self.sharder.shard_size
+
+    @property
+    def exhausted(self) -> bool:
+        return self.max_epochs is not None and self._epoch >= self.max_epochs
+
+    def next_batch(self, batch_size: int) -> Batch | None:
+        """The next ``batch_size`` samples (fewer at an epoch's end), or None when exhausted."""
+        if batch_size < 1:
+            raise InputError(f"batch size must be a positive integer, got {batch_size}")
+        if self.exhausted:
+            return None
+        shard = self.sharder.shard(self._epoch, self.worker)
+        stop = min(self._position + int(batch_size), len(shard))
+        batch = Batch(shard[self._position : stop], self._epoch, self.worker)
+        self._position = stop
+        if stop == len(shard):
+            self._epoch += 1
+            self._position = 0
+        return batch

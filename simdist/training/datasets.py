@@ -1,0 +1,135 @@
+"""Datasets that need no download: seeded synthetic data and small ones shipped in packages.
+
+A dataset registers by name in :data:`DATASETS` with a frozen pydantic config; its factory
+``factory(seed, config)`` returns a :class:`Dataset` of float32 features standardised with
+the training split's statistics and int64 labels. Everything random (the mixture, the
+train/test split) comes from named streams of the run seed, so a seed fixes the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..registry import Registry
+from ..seeding import numpy_stream
+
+__all__ = ["DATASETS", "Dataset", "SyntheticConfig", "DigitsConfig"]
+
+DATASETS: Registry[Callable[[int, object], "Dataset"]] = Registry("dataset")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A classification dataset split into train and test tensors.
+
+    ``train_x``/``test_x`` are float32 with shape ``(n, *input_shape)``; ``train_y``/``test_y``
+    are int64 class indices in ``[0, num_classes)``.
+    """
+
+    name: str
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    input_shape: tuple[int, ...]
+    num_classes: int
+
+    @property
+    def train_size(self) -> int:
+        return int(self.train_y.shape[0])
+
+    @property
+    def test_size(self) -> int:
+        return int(self.test_y.shape[0])
+
+
+_TEST_FRACTION = Field(0.2, gt=0.0, lt=1.0, description="Share of the samples held out for testing, in (0, 1). Default 0.2.")
+
+
+class SyntheticConfig(BaseModel):
+    """Options of the ``synthetic`` Gaussian-mixture dataset."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples: int = Field(4000, ge=2, description="Total number of samples, train plus test. Default 4000.")
+    features: int = Field(32, ge=1, description="Dimension of each sample. Default 32.")
+    classes: int = Field(10, ge=2, description="Number of classes. Default 10.")
+    separation: float = Field(
+        2.0,
+        gt=0.0,
+        description="Distance scale between class means, in within-class standard deviations: every cluster "
+        "mean lies at this distance from the origin, so two means are about sqrt(2) times it apart; "
+        "smaller is harder. Default 2.0.",
+    )
+    clusters_per_class: int = Field(1, ge=1, description="Gaussian clusters making up each class. Default 1.")
+    test_fraction: float = _TEST_FRACTION
+
+
+class DigitsConfig(BaseModel):
+    """Options of the ``digits`` dataset."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    test_fraction: float = _TEST_FRACTION
+
+
+def _split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Train and test indices from a seeded permutation; both splits keep at least one sample."""
+    n_test = min(max(int(round(n * test_fraction)), 1), n - 1)
+    order = rng.permutation(n)
+    return order[n_test:], order[:n_test]
+
+
+def _standardised(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray,
+                  input_shape: tuple[int, ...], num_classes: int) -> Dataset:
+    """Standardise each feature with the training split's mean and std (std 0 → 1)."""
+    flat = x.reshape(len(x), -1).astype(np.float64)
+    mean = flat[train].mean(axis=0)
+    std = flat[train].std(axis=0)
+    std[std < 1e-12] = 1.0
+    flat = ((flat - mean) / std).astype(np.float32).reshape(len(x), *input_shape)
+
+    def tensors(idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(np.ascontiguousarray(flat[idx])), torch.from_numpy(y[idx].astype(np.int64))
+
+    (train_x, train_y), (test_x, test_y) = tensors(train), tensors(test)
+    return Dataset(name, train_x, train_y, test_x, test_y, tuple(input_shape), num_classes)
+
+
+@DATASETS.register(
+    "synthetic",
+    "Seeded Gaussian-mixture classification: each class is one or more unit-variance Gaussian "
+    "clusters whose means lie at distance 'separation' from the origin in random directions.",
+    config=SyntheticConfig,
+)
+def synthetic(seed: int, config: SyntheticConfig) -> Dataset:
+    rng = numpy_stream(seed, "dataset/synthetic")
+    n_clusters = config.classes * config.clusters_per_class
+    directions = rng.standard_normal((n_clusters, config.features))
+    means = config.separation * directions / np.linalg.norm(directions, axis=1, keepdims=True)
+    labels = rng.permutation(np.arange(config.samples) % config.classes)  # balanced classes
+    cluster = labels * config.clusters_per_class + rng.integers(0, config.clusters_per_class, config.samples)
+    x = means[cluster] + rng.standard_normal((config.samples, config.features))
+    train, test = _split(config.samples, config.test_fraction, numpy_stream(seed, "dataset/synthetic/split"))
+    return _standardised("synthetic", x, labels, train, test, (config.features,), config.classes)
+
+
+@DATASETS.register(
+    "digits",
+    "Handwritten digits 0-9, 1797 8x8 grey images bundled with scikit-learn (no download); "
+    "pixels scaled to [0, 1], then standardised per pixel.",
+    citation="Alpaydin, Kaynak: Optical Recognition of Handwritten Digits, UCI Machine Learning Repository, 1998.",
+    config=DigitsConfig,
+)
+def digits(seed: int, config: DigitsConfig) -> Dataset:
+    from sklearn.datasets import load_digits  # imported here: scikit-learn is slow to import
+
+    bunch = load_digits()
+    x = bunch.images.astype(np.float64) / 16.0  # pixel values are 0..16
+    train, test = _split(len(x), config.test_fraction, numpy_stream(seed, "dataset/digits/split"))
+    return _standardised("digits", x, bunch.target, train, test, (1, 8, 8), 10)

@@ -1,0 +1,238 @@
+"""The model zoo and what the simulator needs to know about a model.
+
+Models register by name in :data:`MODELS` with a frozen, documented pydantic config; a
+factory builds a ``torch.nn.Module`` from ``(input_shape, num_classes, config)``. Any other
+module can be used through an import path ``"package.module:factory"``
+(:func:`load_import_model`); whether a scenario may import code is the scenario's call.
+
+:func:`model_info` describes a built module the way the rest of simdist sees it: a flat
+parameter vector cut into one :class:`LayerInfo` per parameter tensor (offsets in
+``module.parameters()`` order) with the forward FLOPs of that layer, so the compute model,
+layer-wise communication (DASO, wait-free backprop) and timing-only mode can all work from
+the same numbers without touching tensors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from torch import nn
+
+from ..errors import InputError
+from ..registry import Registry
+
+__all__ = [
+    "MODELS",
+    "MLPConfig",
+    "CNNConfig",
+    "LayerInfo",
+    "ModelInfo",
+    "model_info",
+    "load_import_model",
+]
+
+ModelFactory = Callable[[tuple[int, ...], int, object], nn.Module]
+
+MODELS: Registry[ModelFactory] = Registry("model")
+
+
+# --------------------------------------------------------------------------- configs
+
+
+class MLPConfig(BaseModel):
+    """Options of the ``mlp`` model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hidden: list[int] = Field(
+        default_factory=lambda: [128],
+        description="Width of each hidden layer (units), input to output; [] is a linear model. Default [128].",
+    )
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive(cls, widths: list[int]) -> list[int]:
+        if any(w < 1 for w in widths):
+            raise ValueError(f"hidden layer widths must be positive integers, got {widths}")
+        return widths
+
+
+class CNNConfig(BaseModel):
+    """Options of the ``cnn`` (LeNet-like) model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    channels: tuple[int, int] = Field(
+        (6, 16), description="Output channels of the two conv layers (LeNet-5: 6, 16). Default (6, 16)."
+    )
+    kernel_size: int = Field(
+        3,
+        ge=1,
+        description="Side of the square conv kernels (pixels), odd; 'same' padding keeps the image size "
+        "so 8x8 digits survive two 2x2 poolings. Default 3.",
+    )
+    fc: tuple[int, ...] = Field(
+        (120, 84), description="Widths of the fully connected hidden layers (LeNet-5: 120, 84). Default (120, 84)."
+    )
+
+    @field_validator("kernel_size")
+    @classmethod
+    def _odd(cls, k: int) -> int:
+        if k % 2 == 0:
+            raise ValueError(f"kernel_size must be odd (so 'same' padding is symmetric), got {k}")
+        return k
+
+    @field_validator("channels", "fc")
+    @classmethod
+    def _positive(cls, widths: tuple[int, ...]) -> tuple[int, ...]:
+        if any(w < 1 for w in widths):
+            raise ValueError(f"widths must be positive integers, got {list(widths)}")
+        return widths
+
+
+# --------------------------------------------------------------------------- factories
+
+
+def _dense_stack(in_features: int, widths: list[int] | tuple[int, ...], num_classes: int) -> list[nn.Module]:
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Linear(in_features, width), nn.ReLU()]
+        in_features = width
+    layers.append(nn.Linear(in_features, num_classes))
+    return layers
+
+
+@MODELS.register(
+    "mlp",
+    "Multi-layer perceptron: flatten, then Linear+ReLU per hidden width, then a Linear classifier.",
+    config=MLPConfig,
+)
+def mlp(input_shape: tuple[int, ...], num_classes: int, config: MLPConfig) -> nn.Module:
+    """An MLP over the flattened input."""
+    return nn.Sequential(nn.Flatten(), *_dense_stack(math.prod(input_shape), config.hidden, num_classes))
+
+
+@MODELS.register(
+    "cnn",
+    "LeNet-like CNN: (conv-ReLU-maxpool2) x2, then fully connected 120-84-classes; "
+    "'same' padding so it fits 8x8 digits.",
+    citation="LeCun, Bottou, Bengio, Haffner: Gradient-based learning applied to document recognition. "
+    "Proc. IEEE 86(11), 1998 (LeNet-5).",
+    config=CNNConfig,
+)
+def cnn(input_shape: tuple[int, ...], num_classes: int, config: CNNConfig) -> nn.Module:
+    """LeNet-5-like network for small (C, H, W) images with H, W >= 4."""
+    if len(input_shape) != 3 or min(input_shape[1:]) < 4:
+        raise InputError(
+            f"model 'cnn' needs image input of shape (channels, height, width) with height and width >= 4, "
+            f"got {tuple(input_shape)}; use a dataset like 'digits' or the 'mlp' model"
+        )
+    c_in, height, width = input_shape
+    c1, c2 = config.channels
+    k = config.kernel_size
+    features = nn.Sequential(
+        nn.Conv2d(c_in, c1, k, padding=k // 2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, k, padding=k // 2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+    )
+    flat = c2 * (height // 2 // 2) * (width // 2 // 2)
+    return nn.Sequential(*features, *_dense_stack(flat, config.fc, num_classes))
+
+
+def load_import_model(path: str) -> Callable[..., nn.Module]:
+    """The callable named by ``"package.module:factory"`` (importing the module runs its code)."""
+    module_name, sep, attr = str(path).partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"model import path must look like 'package.module:factory', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise InputError(f"cannot import module {module_name!r} for model {path!r}: {err}") from None
+    target: object = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise InputError(f"module {module_name!r} has no attribute {attr!r} (model {path!r})")
+        target = getattr(target, part)
+    if not callable(target):
+        raise InputError(f"model {path!r} is not callable; it must be a factory returning a torch.nn.Module")
+    return target
+
+
+# --------------------------------------------------------------------------- model info
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """One parameter tensor: its name, its slice of the flat parameter vector and its FLOPs.
+
+    ``forward_flops_per_sample`` is 2 x multiply-accumulates of the owning Linear/Conv2d
+    forward for one sample, given to the weight tensor; biases and other parameters get 0.
+    """
+
+    name: str
+    start: int
+    stop: int
+    forward_flops_per_sample: float
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Parameter count, per-tensor layout and total forward FLOPs per sample of a model."""
+
+    param_count: int
+    layers: tuple[LayerInfo, ...]
+    forward_flops_per_sample: float
+
+
+def _layer_flops(layer: nn.Module, output: torch.Tensor) -> float:
+    """2 x MACs of one Linear/Conv2d call on a batch of one sample."""
+    if isinstance(layer, nn.Linear):
+        return 2.0 * output.numel() * layer.in_features
+    if isinstance(layer, nn.Conv2d):
+        kh, kw = layer.kernel_size
+        return 2.0 * output.numel() * (layer.in_channels // layer.groups) * kh * kw
+    return 0.0
+
+
+def _count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> dict[int, float]:
+    """Forward FLOPs per weight tensor (keyed by ``id``), from hooks on one dummy sample."""
+    flops: dict[int, float] = {}
+
+    def hook(layer: nn.Module, _inputs: object, output: torch.Tensor) -> None:
+        flops[id(layer.weight)] = flops.get(id(layer.weight), 0.0) + _layer_flops(layer, output)
+
+    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    was_training = module.training
+    try:
+        module.eval()
+        with torch.no_grad():
+            module(torch.zeros((1, *input_shape)))
+    finally:
+        module.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return flops
+
+
+def model_info(module: nn.Module, input_shape: tuple[int, ...]) -> ModelInfo:
+    """Describe ``module`` for inputs of ``input_shape`` (one sample, without the batch axis)."""
+    flops = _count_flops(module, tuple(input_shape))
+    layers = []
+    offset = 0
+    for name, param in module.named_parameters():
+        layers.append(LayerInfo(name, offset, offset + param.numel(), flops.get(id(param), 0.0)))
+        offset += param.numel()
+    return ModelInfo(offset, tuple(layers), sum(layer.forward_flops_per_sample for layer in layers))

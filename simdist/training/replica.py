@@ -1,0 +1,199 @@
+"""A worker's (or server's) copy of the model, and stand-ins for timing-only runs.
+
+:class:`Replica` is one flat float32 parameter vector plus its optimizer state; algorithms
+move whole vectors (or slices of them, per :class:`~simdist.training.models.LayerInfo`).
+
+Timing-only mode runs the same algorithm code without tensors: a :class:`PhantomTensor`
+has a size and a dtype but no values, so messages still cost the right number of bytes,
+and a :class:`PhantomReplica` accepts every call and does nothing.
+
+:func:`payload_nbytes` says how many bytes a message payload puts on the wire and
+:func:`snapshot` copies a payload at send time, so a message in flight does not change
+when its sender later updates the tensor it sent.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from .optim import Optimizer
+
+__all__ = ["Replica", "PhantomTensor", "PhantomReplica", "payload_nbytes", "snapshot"]
+
+
+class Replica:
+    """A flat float32 parameter vector and the optimizer state that goes with it."""
+
+    def __init__(self, params: torch.Tensor, optimizer: Optimizer):
+        self.params = params
+        self.optimizer = optimizer
+        self.opt_state = optimizer.init_state(params)
+
+    @property
+    def numel(self) -> int:
+        return self.params.numel()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the parameter vector (optimizer state not included)."""
+        return self.params.numel() * self.params.element_size()
+
+    def apply_gradient(self, grad: torch.Tensor, lr: float | None = None) -> None:
+        """One optimizer step on ``params`` in place."""
+        self.optimizer.step(self.params, grad, self.opt_state, lr=lr)
+
+    def load(self, params: torch.Tensor) -> None:
+        """Copy ``params``' values in (optimizer state is kept)."""
+        self.params.copy_(params)
+
+    def clone_params(self) -> torch.Tensor:
+        return self.params.clone()
+
+
+class PhantomTensor:
+    """A tensor of ``numel`` elements of ``dtype`` with no values (timing-only mode).
+
+    Arithmetic with numbers, tensors or phantoms gives a phantom of the same size (dtype
+    promoted as torch would); ``norm()`` is 0.0. Only sizes are real.
+    """
+
+    __slots__ = ("_numel", "dtype")
+
+    def __init__(self, numel: int, dtype: torch.dtype = torch.float32):
+        self._numel = int(numel)
+        self.dtype = dtype
+
+    def numel(self) -> int:
+        return self._numel
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([self._numel])
+
+    def size(self) -> torch.Size:
+        return self.shape
+
+    def dim(self) -> int:
+        return 1
+
+    def __len__(self) -> int:
+        return self._numel
+
+    def element_size(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return self._numel * self.element_size()
+
+    def __repr__(self) -> str:
+        return f"PhantomTensor(numel={self._numel}, dtype={self.dtype})"
+
+    # conversions and copies
+    def to(self, dtype: torch.dtype) -> "PhantomTensor":
+        return PhantomTensor(self._numel, dtype)
+
+    def float(self) -> "PhantomTensor":
+        return PhantomTensor(self._numel, torch.float32)
+
+    def clone(self) -> "PhantomTensor":
+        return PhantomTensor(self._numel, self.dtype)
+
+    detach = clone
+
+    def norm(self, *args: Any, **kwargs: Any) -> float:
+        return 0.0
+
+    # arithmetic
+    def _result(self, other: object) -> "PhantomTensor":
+        dtype = self.dtype
+        if isinstance(other, (PhantomTensor, torch.Tensor)):
+            dtype = torch.promote_types(self.dtype, other.dtype)
+        return PhantomTensor(self._numel, dtype)
+
+    def __add__(self, other: object) -> "PhantomTensor":
+        return self._result(other)
+
+    __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __add__
+    __neg__ = clone
+
+    def _inplace(self, *args: Any, **kwargs: Any) -> "PhantomTensor":
+        return self
+
+    add_ = sub_ = mul_ = div_ = copy_ = zero_ = _inplace
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = _inplace
+
+
+class PhantomReplica:
+    """Same interface as :class:`Replica`; holds a phantom and its steps do nothing."""
+
+    def __init__(self, numel: int, optimizer: Optimizer, dtype: torch.dtype = torch.float32):
+        self.params = PhantomTensor(numel, dtype)
+        self.optimizer = optimizer
+        self.opt_state: dict = {}
+
+    @property
+    def numel(self) -> int:
+        return self.params.numel()
+
+    @property
+    def nbytes(self) -> int:
+        return self.params.nbytes
+
+    def apply_gradient(self, grad: object, lr: float | None = None) -> None:
+        """Nothing to compute in timing-only mode."""
+
+    def load(self, params: object) -> None:
+        """Nothing to copy in timing-only mode."""
+
+    def clone_params(self) -> PhantomTensor:
+        return self.params.clone()
+
+
+def payload_nbytes(obj: object) -> int:
+    """Bytes ``obj`` puts on the wire.
+
+    Tensors and phantoms count ``numel * element_size`` (bf16 is half of fp32), NumPy
+    arrays their ``nbytes``, Python numbers 8 bytes, strings their UTF-8 length and None
+    nothing; lists, tuples and dict *values* are summed (dict keys are labels, not data).
+    """
+    if obj is None:
+        return 0
+    if isinstance(obj, (torch.Tensor, PhantomTensor)):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return int(obj.nbytes)
+    if isinstance(obj, (bool, int, float)):
+        return 8
+    if isinstance(obj, str):
+        return len(obj.encode("utf-8"))
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj)
+    if isinstance(obj, dict):
+        return sum(payload_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_nbytes(item) for item in obj)
+    raise TypeError(f"cannot size a payload of type {type(obj).__name__}; send tensors, numbers, strings or containers of them")
+
+
+def snapshot(obj: Any) -> Any:
+    """A copy of ``obj`` that later changes to the sender's tensors cannot reach."""
+    if isinstance(obj, PhantomTensor) or obj is None or isinstance(obj, (bool, int, float, str, bytes)):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [snapshot(item) for item in obj]
+    if isinstance(obj, tuple):
+        items = [snapshot(item) for item in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    return copy.deepcopy(obj)
+

@@ -1,0 +1,149 @@
+"""The workload: what is trained (model, dataset, optimizer), built once per run.
+
+:func:`build_workload` turns a scenario's ``workload`` section (names plus option dicts)
+into a :class:`Workload`, validating the options with the registered config classes and
+naming the offending field (``workload.model.hidden``). The workload is what runtimes and
+algorithms touch for the training math: the initial parameters every worker starts from,
+replicas, mini-batch tensors, batched gradients (:attr:`Workload.pending`) and test
+metrics. It also carries what timing-only mode and the compute model need: parameter
+count, per-layer layout and forward FLOPs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..seeding import derive_seed
+from .data import Batch, EpochSharder
+from .datasets import DATASETS, Dataset
+from .gradients import GradientEvaluator, PendingGradients
+from .models import MODELS, LayerInfo, ModelInfo, load_import_model, model_info
+from .optim import OptimizerConfig, make_optimizer
+from .replica import Replica
+
+__all__ = ["Workload", "build_workload"]
+
+
+class Workload:
+    """A built model + dataset + optimizer; use :func:`build_workload` to make one."""
+
+    def __init__(self, model_name: str, model_config: Any, dataset: Dataset, module: nn.Module,
+                 info: ModelInfo, evaluator: GradientEvaluator, optimizer_config: OptimizerConfig, seed: int):
+        self.model_name = model_name
+        self.model_config = model_config
+        self.dataset = dataset
+        self.module = module
+        self.info = info
+        self.evaluator = evaluator
+        self.optimizer_config = optimizer_config
+        self.optimizer = make_optimizer(optimizer_config)
+        self.seed = seed
+        self.pending = PendingGradients(evaluator)
+        self._initial = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).float()
+
+    # ------------------------------------------------------------------ model facts
+
+    @property
+    def param_count(self) -> int:
+        return self.info.param_count
+
+    def param_bytes(self, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of one full parameter (or gradient) vector in ``dtype``."""
+        return self.info.param_count * torch.empty((), dtype=dtype).element_size()
+
+    @property
+    def layers(self) -> tuple[LayerInfo, ...]:
+        return self.info.layers
+
+    @property
+    def forward_flops_per_sample(self) -> float:
+        return self.info.forward_flops_per_sample
+
+    # ------------------------------------------------------------------ training state
+
+    def initial_params(self) -> torch.Tensor:
+        """A fresh copy of the initial flat parameters (the same for every worker)."""
+        return self._initial.clone()
+
+    def new_replica(self, params: torch.Tensor | None = None) -> Replica:
+        """A replica starting at ``params`` (copied) or at the initial parameters."""
+        return Replica(self.initial_params() if params is None else params.detach().clone().float(), self.optimizer)
+
+    def sharder(self, n_workers: int) -> EpochSharder:
+        """Per-epoch sharding of the training set among ``n_workers`` workers."""
+        return EpochSharder(self.dataset.train_size, n_workers, self.seed)
+
+    def batch_tensors(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features and labels of ``batch``'s training samples."""
+        index = torch.from_numpy(batch.indices.copy())  # shards are read-only; torch wants writable
+        return self.dataset.train_x[index], self.dataset.train_y[index]
+
+    def test_metrics(self, params: torch.Tensor, max_samples: int | None = None) -> tuple[float, float]:
+        """(mean test loss, test accuracy) of ``params`` on the first ``max_samples`` test samples (default all)."""
+        n = len(self.dataset.test_y) if max_samples is None else min(max_samples, len(self.dataset.test_y))
+        return self.evaluator.evaluate(params, self.dataset.test_x[:n], self.dataset.test_y[:n])
+
+
+def _validated(config_cls: type[pydantic.BaseModel], options: dict | None, field: str) -> pydantic.BaseModel:
+    """``config_cls(**options)`` or an :class:`InputError` naming the first bad field."""
+    try:
+        return config_cls.model_validate(options or {})
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        path = ".".join(str(part) for part in (field, *first["loc"]))
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = f"unknown option; allowed: {', '.join(config_cls.model_fields)}"
+        raise InputError(message, field=path) from None
+
+
+def _build_module(model: str, options: dict | None, dataset: Dataset, allow_import: bool) -> tuple[nn.Module, Any]:
+    """The model's module and its validated config (an options dict for imported models)."""
+    if ":" in model:
+        if not allow_import:
+            raise InputError(
+                f"model {model!r} is an import path and importing runs code; "
+                "the scenario must set `workload.allow_code_import: true` to allow it",
+                field="workload.model",
+            )
+        factory = load_import_model(model)
+        config: Any = dict(options or {})
+        try:
+            module = factory(input_shape=dataset.input_shape, num_classes=dataset.num_classes, **config)
+        except TypeError as err:
+            raise InputError(f"model factory {model!r} rejected its options: {err}", field="workload.model") from None
+        if not isinstance(module, nn.Module):
+            raise InputError(f"model factory {model!r} returned {type(module).__name__}, not a torch.nn.Module",
+                             field="workload.model")
+        return module, config
+    try:
+        entry = MODELS.entry(model)
+    except InputError as err:
+        raise err.at(field_prefix="workload.model") from None
+    config = _validated(entry.config, options, "workload.model") if entry.config else None
+    return entry.factory(dataset.input_shape, dataset.num_classes, config), config
+
+
+def build_workload(model: str, model_options: dict | None, dataset: str, dataset_options: dict | None,
+                   optimizer: OptimizerConfig, seed: int, allow_import: bool = False) -> Workload:
+    """Build the workload a scenario names; the model's initial weights come from stream "model-init".
+
+    ``model`` is a registered name or, with ``allow_import``, ``"package.module:factory"``
+    called as ``factory(input_shape=..., num_classes=..., **model_options)``.
+    """
+    try:
+        data_entry = DATASETS.entry(dataset)
+    except InputError as err:
+        raise err.at(field_prefix="workload.dataset") from None
+    data_config = _validated(data_entry.config, dataset_options, "workload.dataset") if data_entry.config else None
+    data = data_entry.factory(seed, data_config)
+    with torch.random.fork_rng(devices=[]):  # module init draws from torch's global generator
+        torch.manual_seed(derive_seed(seed, "model-init"))
+        module, config = _build_module(model, model_options, data, allow_import)
+    info = model_info(module, data.input_shape)
+    return Workload(model, config, data, module, info, GradientEvaluator(module, info), optimizer, seed)

@@ -1,0 +1,150 @@
+"""Flat-tensor optimizers against torch.optim; replicas, phantoms and payload sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from simdist.training import (
+    OptimizerConfig,
+    PhantomReplica,
+    PhantomTensor,
+    Replica,
+    make_optimizer,
+    payload_nbytes,
+    snapshot,
+)
+
+
+def _flat(module: nn.Module, attr: str = "data") -> torch.Tensor:
+    return torch.cat([getattr(p, attr).reshape(-1) for p in module.parameters()])
+
+
+def _small_module() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+
+
+def _reference(config: OptimizerConfig, module: nn.Module) -> torch.optim.Optimizer:
+    if config.name == "sgd":
+        return torch.optim.SGD(module.parameters(), lr=config.lr, momentum=config.momentum,
+                               weight_decay=config.weight_decay, nesterov=config.nesterov)
+    return torch.optim.Adam(module.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
+                            weight_decay=config.weight_decay)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"name": "sgd", "lr": 0.1},
+        {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+        {"name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True},
+        {"name": "sgd", "lr": 0.05, "momentum": 0.5, "weight_decay": 1e-2},
+        {"name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-3},
+        {"name": "adam", "lr": 1e-2},
+        {"name": "adam", "lr": 1e-2, "betas": (0.8, 0.99), "weight_decay": 1e-2, "eps": 1e-6},
+    ],
+)
+def test_matches_torch_optim(options):
+    config = OptimizerConfig(**options)
+    module = _small_module()
+    reference = _reference(config, module)
+    optimizer = make_optimizer(config)
+    params = _flat(module).clone()
+    state = optimizer.init_state(params)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        x, y = torch.randn(8, 5, generator=gen), torch.randint(0, 3, (8,), generator=gen)
+        reference.zero_grad()
+        F.cross_entropy(module(x), y).backward()
+        optimizer.step(params, _flat(module, "grad"), state)
+        reference.step()
+        assert torch.allclose(params, _flat(module), atol=1e-6, rtol=0)
+    assert state["step"] == 6
+
+
+def test_update_returns_the_step_and_leaves_params_alone():
+    optimizer = make_optimizer(OptimizerConfig(lr=0.5, momentum=0.9))
+    params = torch.ones(4)
+    state = optimizer.init_state(params)
+    delta = optimizer.update(params, torch.full((4,), 2.0), state)
+    assert torch.equal(params, torch.ones(4))
+    assert torch.allclose(delta, torch.full((4,), -1.0))
+    delta = optimizer.update(params, torch.full((4,), 2.0), state, lr=0.1)  # buffer 0.9*2 + 2
+    assert torch.allclose(delta, torch.full((4,), -0.38))
+    optimizer.step(params, torch.zeros(4), state, lr=1.0)  # momentum keeps moving
+    assert torch.allclose(params, torch.full((4,), 1 - 0.9 * 3.8))
+
+
+def test_update_weight_decay_override():
+    optimizer = make_optimizer(OptimizerConfig(lr=1.0, weight_decay=0.1))
+    params, grad = torch.full((3,), 2.0), torch.zeros(3)
+    assert torch.allclose(optimizer.update(params, grad, {"step": 0}), torch.full((3,), -0.2))
+    assert torch.allclose(optimizer.update(params, grad, {"step": 0}, weight_decay=0.0), torch.zeros(3))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"lr": 0.0}, {"momentum": 1.0}, {"weight_decay": -1.0}, {"nesterov": True}, {"name": "rmsprop"},
+     {"betas": (0.9, 1.0)}, {"learning_rate": 0.1}],
+)
+def test_optimizer_config_rejects(bad):
+    with pytest.raises(ValueError):
+        OptimizerConfig(**bad)
+
+
+def test_replica_steps_loads_and_clones():
+    replica = Replica(torch.zeros(3), make_optimizer(OptimizerConfig(lr=0.5)))
+    replica.apply_gradient(torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.allclose(replica.params, torch.tensor([-0.5, -1.0, -1.5]))
+    copy = replica.clone_params()
+    replica.load(torch.ones(3))
+    assert torch.equal(replica.params, torch.ones(3)) and torch.allclose(copy, torch.tensor([-0.5, -1.0, -1.5]))
+    assert replica.nbytes == 12 and replica.numel == 3
+
+
+def test_phantom_tensor_arithmetic_keeps_sizes():
+    p = PhantomTensor(1000)
+    assert p.numel() == 1000 and p.nbytes == 4000 and p.shape == (1000,) and p.dtype == torch.float32
+    half = p.to(torch.bfloat16)
+    assert half.nbytes == 2000 and half.float().nbytes == 4000
+    for result in (p + 1, 2 * p, p - p, p / 3.0, p * torch.ones(1000), half + half, 1 - p, p.clone()):
+        assert isinstance(result, PhantomTensor) and result.numel() == 1000
+    assert (half * 2.0).dtype == torch.bfloat16 and (half + p).dtype == torch.float32
+    assert p.add_(1) is p and p.mul_(p) is p and p.div_(2) is p and p.sub_(p) is p and p.copy_(p) is p
+    assert p.norm() == 0.0
+
+
+def test_phantom_replica_does_nothing():
+    replica = PhantomReplica(10_000, make_optimizer(OptimizerConfig()))
+    replica.apply_gradient(PhantomTensor(10_000))
+    replica.load(PhantomTensor(10_000))
+    assert replica.nbytes == 40_000 and isinstance(replica.clone_params(), PhantomTensor)
+
+
+def test_payload_nbytes():
+    t = torch.zeros(10)
+    assert payload_nbytes(t) == 40
+    assert payload_nbytes(t.to(torch.bfloat16)) == 20
+    assert payload_nbytes(PhantomTensor(10, torch.float16)) == 20
+    assert payload_nbytes(np.zeros(3)) == 24
+    assert payload_nbytes({"grad": t, "step": 3, "meta": [1.0, True, None, "abc"]}) == 40 + 8 + 8 + 8 + 0 + 3
+    assert payload_nbytes((t, (t, [t]))) == 120
+    with pytest.raises(TypeError):
+        payload_nbytes(object())
+
+
+def test_snapshot_isolates_tensors():
+    t = torch.zeros(3)
+    phantom = PhantomTensor(3)
+    message = {"grad": t, "parts": [t, (t, 5)], "phantom": phantom, "array": np.zeros(2)}
+    copy = snapshot(message)
+    t.add_(1.0)
+    message["array"][0] = 7
+    assert torch.equal(copy["grad"], torch.zeros(3))
+    assert torch.equal(copy["parts"][1][0], torch.zeros(3)) and copy["parts"][1][1] == 5
+    assert copy["phantom"] is phantom and copy["array"][0] == 0
+    assert isinstance(copy["parts"][1], tuple)

@@ -1,0 +1,125 @@
+"""Figures are drawn from a result directory, and figures without data are skipped."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from matplotlib.axes import Axes
+
+from simdist.plots import FIGURES, overlay_accuracy, overlay_staleness, plot_result_dir, plot_tables
+from simdist.recorder import Recorder
+from simdist.results import load_result_dir, write_result_dir
+
+try:
+    from test_metrics import make_result
+except ImportError:  # tests/ collected as a package
+    from .test_metrics import make_result
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _names(paths):
+    return sorted(p.name for p in paths)
+
+
+def _all(figures):
+    return sorted(f"{f}.{ext}" for f in figures for ext in ("png", "svg"))
+
+
+def test_write_result_dir_draws_every_figure(tmp_path):
+    out = write_result_dir(make_result(), tmp_path / "run")
+    assert _names((out / "plots").iterdir()) == _all(FIGURES)
+    for figure in FIGURES:
+        assert (out / "plots" / f"{figure}.png").read_bytes().startswith(PNG_MAGIC)
+        assert b"<svg" in (out / "plots" / f"{figure}.svg").read_bytes()[:2000]
+
+
+def test_plot_result_dir_reads_the_directory_deterministically(tmp_path):
+    out = write_result_dir(make_result(), tmp_path / "run", plots=False)
+    paths = plot_result_dir(out)
+    assert _names(paths) == _all(FIGURES)
+    assert all(p.parent == out / "plots" and p.stat().st_size > 0 for p in paths)
+    elsewhere = plot_result_dir(out, tmp_path / "figs")
+    assert _names(elsewhere) == _all(FIGURES) and all(p.parent == tmp_path / "figs" for p in elsewhere)
+    assert {p.name: p.read_bytes() for p in paths} == {p.name: p.read_bytes() for p in elsewhere}
+
+
+def test_timing_only_run_skips_loss_and_accuracy(tmp_path):
+    out = write_result_dir(make_result(timing_only=True), tmp_path / "run")
+    assert _names((out / "plots").iterdir()) == _all(["staleness_hist", "timeline"])
+
+
+def test_run_without_updates_skips_staleness_but_keeps_test_loss(tmp_path):
+    out = write_result_dir(make_result(updates=False), tmp_path / "run")
+    assert _names((out / "plots").iterdir()) == _all(["loss_vs_time", "accuracy_vs_time", "timeline"])
+
+
+def test_missing_trace_skips_the_timeline(tmp_path):
+    out = write_result_dir(make_result(), tmp_path / "run", plots=False)
+    (out / "trace.json").unlink()
+    paths = plot_tables(load_result_dir(out), tmp_path / "figs")
+    assert _names(paths) == _all(["loss_vs_time", "accuracy_vs_time", "staleness_hist"])
+
+
+def test_run_with_nothing_draws_nothing(tmp_path):
+    result = make_result(updates=False, evals=False)
+    result.recorder.spans.clear()
+    out = write_result_dir(result, tmp_path / "run")
+    assert list((out / "plots").iterdir()) == []
+
+
+def test_overlays_label_runs_by_algorithm(tmp_path):
+    a = make_result()
+    b = make_result()
+    b.algorithm = "sync"
+    runs = [load_result_dir(write_result_dir(r, tmp_path / r.algorithm, plots=False)) for r in (a, b)]
+    ax = overlay_accuracy(runs)
+    assert isinstance(ax, Axes)
+    assert [line.get_label() for line in ax.get_lines()] == ["asgd", "sync"]
+    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.55, 0.85])  # mean over workers
+    ax2 = overlay_staleness(runs, ax=None)
+    assert [p.get_label() for p in ax2.patches] == ["asgd", "sync"]
+    ax2.figure.savefig(tmp_path / "overlay.png")
+    assert (tmp_path / "overlay.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_overlay_labels_stay_distinct_for_the_same_algorithm(tmp_path):
+    runs = [load_result_dir(write_result_dir(make_result(), tmp_path / name, plots=False)) for name in ("x", "y")]
+    labels = [line.get_label() for line in overlay_accuracy(runs).get_lines()]
+    assert len(set(labels)) == 2 and all(label.startswith("asgd") for label in labels)
+
+
+def _big_result(n_updates: int = 20_000, n_workers: int = 8):
+    result = make_result()
+    rec = Recorder()
+    rng = np.random.default_rng(0)
+    clock = np.zeros(n_workers)
+    for i in range(n_updates):
+        w = i % n_workers
+        start = clock[w]
+        mid = start + rng.uniform(0.01, 0.02)
+        clock[w] = mid + 0.005
+        rec.span(w, "compute", "forward/backward", start, mid)
+        rec.span(w, "comm", "push", mid, clock[w])
+        rec.update(time_s=clock[w], worker=w, step=i + 1, version=i, staleness=int(rng.integers(0, 10)),
+                   batch_size=32, loss=float(2.0 * np.exp(-i / 5000) + rng.normal(0, 0.1)))
+    for k in range(50):
+        for w in range(n_workers):
+            rec.evaluation(time_s=k * 0.5, step=k * 100, worker=w, test_loss=1.0, test_accuracy=k / 50)
+    result.recorder = rec
+    result.ranks = [type(result.ranks[0])(w, w // 2, "cpu") for w in range(n_workers)]
+    result.virtual_time_s = float(clock.max())
+    return result
+
+
+@pytest.mark.slow
+def test_plotting_20k_updates_is_fast(tmp_path):
+    out = write_result_dir(_big_result(), tmp_path / "run", plots=False)
+    loaded = load_result_dir(out)
+    start = time.perf_counter()
+    paths = plot_tables(loaded, tmp_path / "figs")
+    elapsed = time.perf_counter() - start
+    assert _names(paths) == _all(FIGURES)
+    assert elapsed < 4.0  # about 1.5 s on a laptop-class core; generous for shared CI machines
