@@ -17,7 +17,7 @@ Rows (all times in virtual seconds for the simulator, wall seconds for real runs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["Span", "Recorder", "UPDATE_COLUMNS", "EVAL_COLUMNS"]
@@ -55,6 +55,10 @@ class Recorder:
     def span(self, rank: int, kind: str, name: str, start_s: float, end_s: float, *, blocking: bool = True, **args: Any) -> None:
         if end_s > start_s:
             self.spans.append(Span(rank, kind, name, start_s, end_s, blocking, args))
+
+    def clip_spans(self, end_s: float) -> None:
+        """Cut every span at ``end_s`` (the run stopped there); spans starting later are dropped."""
+        self.spans = [s if s.end_s <= end_s else replace(s, end_s=end_s) for s in self.spans if s.start_s < end_s]
 
     def update(
         self,

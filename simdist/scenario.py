@@ -26,6 +26,7 @@ from .platform.presets import PLATFORMS
 from .platform.spec import PlatformSpec, Seconds
 from .runtime.collectives import COLLECTIVES
 from .training.optim import OptimizerConfig
+from .yamlio import safe_load_limited
 
 __all__ = ["Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
            "OutputConfig", "load_scenario", "scenario_from_dict", "apply_overrides", "format_validation_error",
@@ -71,7 +72,8 @@ class StopConfig(_Config):
     epochs: int | None = Field(None, ge=1, description="epochs of each worker's shard")
     steps: int | None = Field(None, ge=1, description="global model updates")
     virtual_time: Seconds | None = Field(None, description="virtual time limit, e.g. '30s'")
-    target_accuracy: float | None = Field(None, gt=0, le=1, description="stop once test accuracy reaches this")
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="test accuracy whose first time is reported")
+    stop_at_target: bool = Field(True, description="end the run once target_accuracy is reached")
 
     @model_validator(mode="after")
     def _some_limit(self):
@@ -209,7 +211,7 @@ def _read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise InputError(f"not a text file (expected UTF-8 YAML {what})", source=src) from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_limited(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -131,7 +131,8 @@ class _Run:
                                      test_loss=loss, test_accuracy=accuracy)
             self.best_accuracy = accuracy if self.best_accuracy is None else max(self.best_accuracy, accuracy)
         target = self.scenario.stop.target_accuracy
-        if target is not None and self.best_accuracy is not None and self.best_accuracy >= target:
+        if (target is not None and self.scenario.stop.stop_at_target and self.best_accuracy is not None
+                and self.best_accuracy >= target):
             self.request_stop("target_reached")
 
     def _deferred_evaluate(self):
@@ -220,6 +221,7 @@ def simulate(scenario: Scenario, *, progress: Progress | None = None) -> RunResu
     finally:
         torch.set_num_threads(previous_threads)
     now = run.world.env.now
+    run.recorder.clip_spans(now)  # work in flight when the run stopped counts up to the stop only
     run.world.network.finalize(now)
     net = run.world.network
     links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])

@@ -116,6 +116,7 @@ def test_phantom_tensor_arithmetic_keeps_sizes():
     assert (half * 2.0).dtype == torch.bfloat16 and (half + p).dtype == torch.float32
     assert p.add_(1) is p and p.mul_(p) is p and p.div_(2) is p and p.sub_(p) is p and p.copy_(p) is p
     assert p.norm() == 0.0
+    assert p[100:250].numel() == 150 and p[990:2000].nbytes == 40
 
 
 def test_phantom_replica_does_nothing():

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import MappingProxyType
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -68,27 +68,46 @@ def _batch(workload: Workload, batch_size: int) -> tuple[torch.Tensor, torch.Ten
     return workload.dataset.train_x[index], workload.dataset.train_y[index]
 
 
-def time_step(workload: Workload, batch_size: int, repeats: int = 20, warmup: int = 3) -> float:
-    """Median wall seconds of one forward + backward + optimizer step at ``batch_size``."""
+def _stepper(workload: Workload, batch_size: int) -> Callable[[], float]:
+    """A function doing one forward + backward + optimizer step at ``batch_size``; returns its wall seconds."""
     x, y = _batch(workload, batch_size)
     replica = workload.new_replica()
-    samples = []
-    for i in range(warmup + repeats):
+
+    def step() -> float:
         start = time.perf_counter()
         grad, _loss = workload.evaluator.gradient(replica.params, x, y)
         replica.apply_gradient(grad)
-        if i >= warmup:
-            samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        return time.perf_counter() - start
+
+    return step
 
 
-def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int = 20, warmup: int = 3,
+def _median_time(step: Callable[[], float], repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    return statistics.median(step() for _ in range(repeats))
+
+
+def time_step(workload: Workload, batch_size: int, repeats: int = 30, warmup: int = 5) -> float:
+    """Median wall seconds of one forward + backward + optimizer step at ``batch_size``."""
+    return _median_time(_stepper(workload, batch_size), repeats, warmup)
+
+
+def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int = 30, warmup: int = 5,
                     threads: int = 1) -> dict:
-    """Time ``workload``'s step at each batch size with ``threads`` torch threads and fit the line."""
+    """Time ``workload``'s step at each batch size with ``threads`` torch threads and fit the line.
+
+    A first sweep warms every size up (allocator, kernel caches); then each size is timed
+    in a block of its own, warm-up again first, as training repeats one size step after step.
+    """
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        medians = [time_step(workload, int(b), repeats, warmup) for b in batch_sizes]
+        steps = [_stepper(workload, int(b)) for b in batch_sizes]
+        for step in steps:
+            for _ in range(warmup):
+                step()
+        medians = [_median_time(step, repeats, warmup) for step in steps]
     finally:
         torch.set_num_threads(previous)
     fit = fit_linear(batch_sizes, medians)
@@ -104,7 +123,7 @@ def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int
     }
 
 
-def measure_zoo(batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, repeats: int = 20, warmup: int = 3,
+def measure_zoo(batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, repeats: int = 30, warmup: int = 5,
                 threads: int = 1, models: Sequence[str] = tuple(ZOO), seed: int = 0) -> dict[str, dict]:
     """Profiles of the zoo's models (default configs) on their calibration datasets."""
     profiles = {}
@@ -186,8 +205,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", required=True, help="profile file to write, e.g. calibration/profiles/host-cpu.yaml")
     parser.add_argument("--threads", type=int, default=1, help="torch threads while timing (default 1)")
-    parser.add_argument("--repeats", type=int, default=20, help="timed steps per batch size; the median is kept (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed steps per batch size; the median is kept (default 30)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (default 5)")
     parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)),
                         help="comma-separated batch sizes (default %(default)s)")
     parser.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo models (default %(default)s)")

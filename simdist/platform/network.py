@@ -28,10 +28,10 @@ _RELATIVE_EPS = 1e-9
 def max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
     """Max-min fair rates of flows with the given routes (link indices) and link capacities.
 
-    Progressive filling: repeatedly find the link whose remaining capacity split evenly
-    over its unfrozen flows is smallest, freeze those flows at that share, and subtract.
-    Every flow ends with a bottleneck link that is saturated and on which it has the largest
-    rate. A flow with an empty route gets ``inf``.
+    Progressive filling: find the smallest fair share (remaining capacity split evenly over
+    a link's unfrozen flows); freeze every flow crossing a link with that share (those links
+    saturate together) and subtract; repeat. Every flow ends with a bottleneck link that is
+    saturated and on which it has the largest rate. A flow with an empty route gets ``inf``.
     """
     rates = [float("inf")] * len(routes)
     remaining: dict[int, float] = {}
@@ -41,16 +41,20 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) ->
             users[link].add(f)
             remaining[link] = capacity[link]
     while users:
-        share, bottleneck = min((remaining[link] / len(fs), link) for link, fs in users.items())
+        shares = {link: remaining[link] / len(fs) for link, fs in users.items()}
+        share = min(shares.values())
+        tie = share * (1 + 1e-12)
+        frozen = {f for link, s in shares.items() if s <= tie for f in users[link]}
         share = max(share, 0.0)
-        for f in list(users[bottleneck]):
+        for f in frozen:
             rates[f] = share
             for link in routes[f]:
                 remaining[link] -= share
-                flows_here = users[link]
-                flows_here.discard(f)
-                if not flows_here:
-                    del users[link]
+                flows_here = users.get(link)
+                if flows_here is not None:
+                    flows_here.discard(f)
+                    if not flows_here:
+                        del users[link]
     return rates
 
 
@@ -85,6 +89,7 @@ class FlowNetwork:
         self.active: list[Flow] = []
         self._last_advance_s = 0.0
         self._timer_generation = 0
+        self._resolve_pending = False
         self.link_bytes = [0.0] * len(self.links)
         self.link_busy_s = [0.0] * len(self.links)
         self._link_active = [0] * len(self.links)
@@ -135,6 +140,21 @@ class FlowNetwork:
             if self._link_active[link.index] == 0:
                 self._link_busy_since[link.index] = now
             self._link_active[link.index] += 1
+        self._resolve_soon()
+
+    def _resolve_soon(self) -> None:
+        """Re-solve once at the end of this instant, however many flows start in it."""
+        if self._resolve_pending:
+            return
+        self._resolve_pending = True
+        self._timer_generation += 1  # a completion timer due now was computed with stale rates
+        event = self.env.event()
+        event.callbacks.append(self._deferred_resolve)
+        event.succeed()
+
+    def _deferred_resolve(self, _event) -> None:
+        self._resolve_pending = False
+        self._advance(self.env.now)
         self._resolve_and_schedule()
 
     def _advance(self, now: float) -> None:

@@ -84,7 +84,13 @@ class PhantomTensor:
         return self._numel
 
     def element_size(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return self.dtype.itemsize
+
+    def __getitem__(self, index: slice) -> "PhantomTensor":
+        """A slice (e.g. one layer's ``[start:stop]``) is a phantom of the slice's length."""
+        if not isinstance(index, slice):
+            raise TypeError("a PhantomTensor has no values; only slices of it can be taken")
+        return PhantomTensor(len(range(self._numel)[index]), self.dtype)
 
     @property
     def nbytes(self) -> int:

@@ -30,7 +30,12 @@ __all__ = ["Workload", "build_workload"]
 
 
 class Workload:
-    """A built model + dataset + optimizer; use :func:`build_workload` to make one."""
+    """A built model + dataset + optimizer; use :func:`build_workload` to make one.
+
+    ``module`` belongs to ``evaluator``: its parameters are views of the evaluator's flat
+    buffer and hold whichever vector was evaluated last, so read parameters from
+    :meth:`initial_params` or replicas, never from the module.
+    """
 
     def __init__(self, model_name: str, model_config: Any, dataset: Dataset, module: nn.Module,
                  info: ModelInfo, evaluator: GradientEvaluator, optimizer_config: OptimizerConfig, seed: int):
