@@ -2,7 +2,7 @@
 
     simdist run SCENARIO [--out DIR] [--set key=value]... [--timing-only] [--overwrite]
     simdist plot RESULT_DIR [--out DIR]
-    simdist list algorithms|platforms|models|datasets|collectives|links|devices
+    simdist list algorithms|platforms|models|datasets|collectives|links|devices|network-models
     simdist schema
 
 Bad input (scenario, platform, profile, argument) prints one line naming the file, the field
@@ -35,15 +35,17 @@ class _Parser(argparse.ArgumentParser):
 def _registries():
     from .algorithms import ALGORITHMS
     from .platform import DEVICE_KINDS, LINK_KINDS, PLATFORMS
+    from .platform.network import NETWORK_MODELS
     from .runtime.collectives import COLLECTIVES
     from .training.datasets import DATASETS
     from .training.models import MODELS
 
     return {"algorithms": ALGORITHMS, "platforms": PLATFORMS, "models": MODELS, "datasets": DATASETS,
-            "collectives": COLLECTIVES, "links": LINK_KINDS, "devices": DEVICE_KINDS}
+            "collectives": COLLECTIVES, "links": LINK_KINDS, "devices": DEVICE_KINDS,
+            "network-models": NETWORK_MODELS}
 
 
-LIST_KINDS = ("algorithms", "platforms", "models", "datasets", "collectives", "links", "devices")
+LIST_KINDS = ("algorithms", "platforms", "models", "datasets", "collectives", "links", "devices", "network-models")
 
 
 def build_parser() -> argparse.ArgumentParser:

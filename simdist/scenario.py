@@ -103,12 +103,17 @@ class EvaluationConfig(_Config):
 class NetworkConfig(_Config):
     """How communication is modelled."""
 
+    model: str = Field("max-min", description="network model (simdist list network-models)")
     collective_fidelity: Literal["analytic", "flows"] = Field(
         "analytic", description="analytic: closed-form alpha-beta per schedule; flows: every step as flows")
     collective: str = Field("ring", description="default allreduce algorithm (simdist list collectives)")
 
     @model_validator(mode="after")
     def _known(self):
+        from .platform.network import NETWORK_MODELS
+
+        if self.model not in NETWORK_MODELS:
+            raise ValueError(f"unknown network model {self.model!r}; known: {', '.join(NETWORK_MODELS.names())}")
         if self.collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES.names())}")
         return self

@@ -95,7 +95,8 @@ class _Run:
         self.world = SimWorld(self.platform, self.compute, self.recorder,
                               gradient_source=_gradient_source(self.workload, self.timing_only),
                               fidelity=scenario.network.collective_fidelity,
-                              default_collective=scenario.network.collective)
+                              default_collective=scenario.network.collective,
+                              network_model=scenario.network.model)
         self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
         self.algorithm = self._make_algorithm()
         self.stop = _StopState()

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import Sized, build_world
 from simdist.errors import InputError
 from simdist.runtime.collectives import (
     COLLECTIVES,
@@ -181,8 +182,6 @@ def test_flows_and_analytic_fidelity_agree_on_an_idle_two_node_cluster(make_worl
 @given(n=st.integers(2, 8), nbytes=st.integers(0, 10**8).map(lambda b: 4 * b),
        fidelity=st.sampled_from(["flows", "analytic"]))
 def test_ring_never_beats_its_bandwidth_bound(n, nbytes, fidelity):
-    from conftest import build_world  # hypothesis and function-scoped fixtures do not mix
-
     end = _allreduce_end(build_world(n, fidelity=fidelity), n, nbytes, "ring")
     assert end >= 2 * (n - 1) / n * nbytes / SHM_BANDWIDTH_BPS * (1 - 1e-9)
     # on idle shared memory the bound is met exactly, plus one latency per step (alpha-beta)
@@ -230,8 +229,6 @@ def test_allgather_returns_tensors_in_group_order(make_world, run_world):
 
 
 def test_barrier_completes_only_after_the_last_member_arrives(make_world, run_world):
-    from conftest import Sized
-
     world, got = make_world(3, t0=0.0, t1=1e-3), {}
     group = world.runtime(0).group([0, 1, 2])
 
@@ -299,7 +296,7 @@ def test_each_member_gets_its_own_copy_of_a_collective_result(make_world, run_wo
 
     def late_reader(rt):
         result = yield call(rt)
-        yield rt.compute(None, _one_sample())  # read the result only after rank 0 has scribbled
+        yield rt.compute(None, Sized(1))  # read the result only after rank 0 has scribbled
         got["late"] = [t.clone() for t in result] if kind == "allgather" else result.clone()
 
     run_world(world, {0: member, 1: late_reader})
@@ -309,8 +306,3 @@ def test_each_member_gets_its_own_copy_of_a_collective_result(make_world, run_wo
         assert [t.tolist() for t in late] == [t.tolist() for t in first]
     else:
         assert late.tolist() == first.tolist()
-
-
-def _one_sample():
-    from conftest import Sized
-    return Sized(1)

@@ -26,7 +26,8 @@ from simdist.training import (
 
 def tiny_factory(input_shape, num_classes, width=4):
     """An importable model factory for the import-path tests."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), width), nn.ReLU(), nn.Linear(width, num_classes))
+    flat = math.prod(input_shape)
+    return nn.Sequential(nn.Flatten(), nn.Linear(flat, width), nn.ReLU(), nn.Linear(width, num_classes))
 
 
 # ----------------------------------------------------------------------------- models

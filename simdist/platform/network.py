@@ -18,9 +18,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..registry import Registry
 from .topology import Link
 
-__all__ = ["max_min_rates", "Flow", "FlowNetwork"]
+__all__ = ["max_min_rates", "Flow", "FlowNetwork", "NETWORK_MODELS"]
 
 _RELATIVE_EPS = 1e-9
 
@@ -201,3 +202,11 @@ class FlowNetwork:
             self.link_bytes[link.index] += flow.nbytes
         if flow.src is not None and flow.dst is not None:
             self.received_bytes[(flow.src, flow.dst)] += flow.nbytes
+
+
+NETWORK_MODELS: Registry[type[FlowNetwork]] = Registry("network model")
+NETWORK_MODELS.add(
+    "max-min", FlowNetwork,
+    "flows share links by max-min fairness (progressive filling), re-solved when a flow starts or ends; "
+    "latency paid up front",
+    citation="Velho et al., ACM TOMACS 23(4), 2013 (SimGrid flow model); Bertsekas & Gallager, Data Networks §6.5.2")

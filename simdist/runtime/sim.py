@@ -23,7 +23,7 @@ import torch
 
 from ..errors import SimulationError
 from ..platform.compute import ComputeModel
-from ..platform.network import FlowNetwork, max_min_rates
+from ..platform.network import NETWORK_MODELS, max_min_rates
 from ..platform.topology import Platform
 from ..recorder import Recorder
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
@@ -93,14 +93,15 @@ class SimWorld:
     """Shared state of one simulation."""
 
     def __init__(self, platform: Platform, compute: ComputeModel, recorder: Recorder, *,
-                 gradient_source: GradientSource, fidelity: str = "analytic", default_collective: str = "ring"):
+                 gradient_source: GradientSource, fidelity: str = "analytic", default_collective: str = "ring",
+                 network_model: str = "max-min"):
         if fidelity not in FIDELITIES:
             raise ValueError(f"unknown collective fidelity {fidelity!r}; known: {', '.join(FIDELITIES)}")
         self.env = simpy.Environment()
         self.platform = platform
         self.compute_model = compute
         self.recorder = recorder
-        self.network = FlowNetwork(self.env, platform.links)
+        self.network = NETWORK_MODELS.get(network_model)(self.env, platform.links)
         self.fidelity = fidelity
         self.default_collective = default_collective
         self._gradient_source = gradient_source

@@ -48,7 +48,9 @@ class Dataset:
         return int(self.test_y.shape[0])
 
 
-_TEST_FRACTION = Field(0.2, gt=0.0, lt=1.0, description="Share of the samples held out for testing, in (0, 1). Default 0.2.")
+_TEST_FRACTION = Field(
+    0.2, gt=0.0, lt=1.0, description="Share of the samples held out for testing, in (0, 1). Default 0.2."
+)
 
 
 class SyntheticConfig(BaseModel):

@@ -45,6 +45,7 @@ __all__ = ["GradientEvaluator", "PendingGradients", "GradientHandle"]
 
 Request = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 Result = tuple[torch.Tensor, float]
+Batched = tuple[torch.Tensor, list[float]]  # (k, P) gradients and k losses of one group
 
 _LOSSES: dict[str, Callable[..., torch.Tensor]] = {"cross_entropy": F.cross_entropy}  # read-only table
 
@@ -169,7 +170,7 @@ class GradientEvaluator:
 
     # ------------------------------------------------------------------ batched paths
 
-    def _fast_batched(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> tuple[torch.Tensor, list[float]] | None:
+    def _fast_batched(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
         """Per-request gradients from one forward/backward; None if a layer ran twice."""
         k, b = len(xs), int(xs[0].shape[0])
         self._load(params)
@@ -200,8 +201,8 @@ class GradientEvaluator:
             _layer_grads(self._fast_layers[j], captured[j][0].detach(), delta, k, out)
         return out, per_sample.detach().view(k, b).mean(1).tolist()
 
-    def _vmapped(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> tuple[torch.Tensor, list[float]] | None:
-        """``vmap`` of grad over requests at one ``params``; None (and never again) if the module cannot be vmapped."""
+    def _vmapped(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
+        """``vmap`` of grad over requests at one ``params``; None (and never again) if it cannot be vmapped."""
         try:
             grads, losses = self._vmap_same(params.detach(), torch.stack(xs), torch.stack(ys))
         except RuntimeError:
@@ -212,7 +213,9 @@ class GradientEvaluator:
     # ------------------------------------------------------------------ evaluation
 
     @torch.no_grad()
-    def evaluate(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
+    def evaluate(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024
+    ) -> tuple[float, float]:
         """Mean loss and accuracy (fraction correct) of ``params`` on ``(x, y)``."""
         self._load(params)
         self.module.eval()
@@ -229,7 +232,7 @@ class GradientEvaluator:
         return loss_sum / n, correct / n
 
 
-def _scatter(indices: list[int], batched: tuple[torch.Tensor, list[float]], results: list) -> None:
+def _scatter(indices: list[int], batched: Batched, results: list) -> None:
     grads, losses = batched
     for row, i in enumerate(indices):
         results[i] = (grads[row], losses[row])

@@ -27,12 +27,21 @@ class OptimizerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: Literal["sgd", "adam"] = Field("sgd", description="'sgd' (torch.optim.SGD) or 'adam' (torch.optim.Adam). Default 'sgd'.")
+    name: Literal["sgd", "adam"] = Field(
+        "sgd", description="'sgd' (torch.optim.SGD) or 'adam' (torch.optim.Adam). Default 'sgd'."
+    )
     lr: float = Field(0.1, gt=0.0, description="Learning rate (step size per update), > 0. Default 0.1.")
-    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="SGD momentum factor in [0, 1); dampening is 0. Default 0.0.")
-    weight_decay: float = Field(0.0, ge=0.0, description="L2 penalty added to the gradient as wd * params, >= 0. Default 0.0.")
+    momentum: float = Field(
+        0.0, ge=0.0, lt=1.0, description="SGD momentum factor in [0, 1); dampening is 0. Default 0.0."
+    )
+    weight_decay: float = Field(
+        0.0, ge=0.0, description="L2 penalty added to the gradient as wd * params, >= 0. Default 0.0."
+    )
     nesterov: bool = Field(False, description="SGD Nesterov momentum (needs momentum > 0). Default false.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam decay rates of the first and second moment, each in [0, 1). Default (0.9, 0.999).")
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999),
+        description="Adam decay rates of the first and second moment, each in [0, 1). Default (0.9, 0.999).",
+    )
     eps: float = Field(1e-8, gt=0.0, description="Adam term added to the denominator for stability, > 0. Default 1e-8.")
 
     @model_validator(mode="after")

@@ -183,7 +183,9 @@ def payload_nbytes(obj: object) -> int:
         return sum(payload_nbytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return sum(payload_nbytes(item) for item in obj)
-    raise TypeError(f"cannot size a payload of type {type(obj).__name__}; send tensors, numbers, strings or containers of them")
+    raise TypeError(
+        f"cannot size a payload of type {type(obj).__name__}; send tensors, numbers, strings or containers of them"
+    )
 
 
 def snapshot(obj: Any) -> Any:
