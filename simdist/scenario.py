@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InputError
 from .platform.presets import PLATFORMS
@@ -108,15 +108,21 @@ class NetworkConfig(_Config):
         "analytic", description="analytic: closed-form alpha-beta per schedule; flows: every step as flows")
     collective: str = Field("ring", description="default allreduce algorithm (simdist list collectives)")
 
-    @model_validator(mode="after")
-    def _known(self):
+    @field_validator("model")
+    @classmethod
+    def _model_known(cls, value: str) -> str:
         from .platform.network import NETWORK_MODELS
 
-        if self.model not in NETWORK_MODELS:
-            raise ValueError(f"unknown network model {self.model!r}; known: {', '.join(NETWORK_MODELS.names())}")
-        if self.collective not in COLLECTIVES:
-            raise ValueError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES.names())}")
-        return self
+        if value not in NETWORK_MODELS:
+            raise ValueError(f"unknown network model {value!r}; known: {', '.join(NETWORK_MODELS.names())}")
+        return value
+
+    @field_validator("collective")
+    @classmethod
+    def _collective_known(cls, value: str) -> str:
+        if value not in COLLECTIVES:
+            raise ValueError(f"unknown collective {value!r}; known: {', '.join(COLLECTIVES.names())}")
+        return value
 
 
 class ComputeConfig(_Config):

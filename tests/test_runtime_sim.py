@@ -13,9 +13,7 @@ import torch
 from conftest import Sized
 from simdist.errors import SimulationError
 from simdist.platform.links import LINK_KINDS
-from simdist.recorder import Span
 from simdist.runtime.base import ANY
-from simdist.runtime.sim import Request
 
 T0, T1 = 1e-3, 1e-4
 LATENCY_S = 0.11e-6  # shm port-to-port, paid once per route
@@ -244,6 +242,31 @@ def test_compute_uses_the_gradient_source_of_the_rank(make_world, run_world):
     assert got == {0: ([0.0], 0.0, 4), 1: ([1.0], 0.5, 4)}
 
 
+def test_busy_is_compute_time_the_algorithm_models_itself(make_world, run_world):
+    world = make_world(2, t0=T0, t1=T1)
+    log = []
+
+    def server(rt):
+        yield rt.busy(1e-3, "apply update")
+        log.append((rt.rank, "applied", rt.now()))
+        yield rt.busy(-5.0)  # nothing to do takes no time
+        log.append((rt.rank, "idle", rt.now()))
+        rt.send(1, 7.0)
+
+    def client(rt):
+        message = yield rt.recv(src=0)
+        log.append((rt.rank, "got", rt.now(), message.payload))
+
+    run_world(world, {0: server, 1: client})
+    arrival = 1e-3 + LATENCY_S + 8 / BANDWIDTH_BPS
+    assert log == approx_log([(0, "applied", 1e-3), (0, "idle", 1e-3), (1, "got", arrival, 7.0)])
+    assert [(s.rank, s.kind, s.name, s.start_s, s.end_s) for s in world.recorder.spans] == approx_log([
+        (0, "compute", "apply update", 0.0, 1e-3),
+        (1, "wait", "recv", 0.0, 1e-3),
+        (1, "comm", "recv", 1e-3, arrival),
+    ])
+
+
 # -- records ------------------------------------------------------------------------------------------
 
 
@@ -329,10 +352,12 @@ def test_a_rank_waiting_for_a_message_that_never_comes_leaves_the_run_unfinished
     assert not process.triggered  # no event left: SimPy stops; the caller sees a stalled run
 
 
-def test_requests_are_opaque_events_with_a_kind():
-    import simpy
+def test_a_broadcast_from_a_root_outside_the_group_is_a_simulation_error(make_world, run_world):
+    world = make_world(3)
+    group = world.runtime(0).group([0, 1])
 
-    env = simpy.Environment()
-    request = Request("comm", "send", env.event(), 0.0)
-    assert (request.kind, request.name, request.started_s) == ("comm", "send", 0.0)
-    assert Span(0, "comm", "send", 1.0, 3.0).duration_s == 2.0
+    def member(rt):
+        yield rt.broadcast(group, torch.ones(2), root=2)
+
+    with pytest.raises(SimulationError, match=r"rank 0 calls broadcast with root 2, which is not in group \(0, 1\)"):
+        run_world(world, {0: member, 1: member})

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..runtime.base import Runtime
 from ..runtime.collectives import COLLECTIVES
@@ -62,15 +62,19 @@ class SyncConfig(AlgorithmConfig):
             if preset in PRESETS:
                 for key, value in PRESETS[preset].items():
                     data.setdefault(key, value)
-            if "bucket_bytes" in data and isinstance(data["bucket_bytes"], str):
-                data["bucket_bytes"] = parse_size(data["bucket_bytes"])
         return data
 
-    @model_validator(mode="after")
-    def _collective_known(self):
-        if self.collective not in COLLECTIVES:
-            raise ValueError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES.names())}")
-        return self
+    @field_validator("bucket_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> float:
+        return parse_size(value)
+
+    @field_validator("collective")
+    @classmethod
+    def _collective_known(cls, value: str) -> str:
+        if value not in COLLECTIVES:
+            raise ValueError(f"unknown collective {value!r}; known: {', '.join(COLLECTIVES.names())}")
+        return value
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,9 @@ class Runtime(Protocol):
         of the compute time has passed (gradient buckets ready during backward).
         """
 
+    def busy(self, duration_s: float, name: str = "busy") -> Any:
+        """The rank works for ``duration_s`` on something the algorithm models (a server's update)."""
+
     def send(self, dst: int, payload: Any, tag: int = 0) -> Any:
         """Send ``payload`` (copied at the call); yield the request to wait for delivery."""
 

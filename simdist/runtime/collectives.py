@@ -12,11 +12,14 @@ point-to-point transfers. One schedule, two ways to run it (see
   otherwise idle platform; the phase's bytes are still put on the links as one aggregate
   flow per (src, dst) pair so link counters are charged and foreign traffic can stretch it.
 
-On an uncontended platform the two agree (tested within 1 %).
+On an otherwise idle platform the two agree (tested within 1 %) whenever the transfers of one
+step share no link; when they do and their route latencies differ, ``analytic`` lets them
+overlap for the whole step, while under ``flows`` the earlier one finishes first (seen: up to
+8 % apart for a tree on a torus).
 
 Costs (n ranks, S bytes, α latency, B bandwidth) — R. Thakur, R. Rabenseifner and W. Gropp,
 "Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005:
-ring 2(n−1)(α + S/(nB)); binary tree 2⌈log2 n⌉(α + S/B); recursive halving-doubling
+ring 2(n−1)(α + S/(nB)); binary tree 2⌊log2 n⌋(α + S/B); recursive halving-doubling
 2 log2 n · α + 2(n−1)/n · S/B (plus two folding steps when n is not a power of two).
 """
 
@@ -74,7 +77,7 @@ def _tree_levels(n: int) -> list[list[int]]:
     return levels
 
 
-@COLLECTIVES.register("tree", "binary-tree reduce to rank 0 then broadcast, 2 ceil(log2 n) steps of S bytes",
+@COLLECTIVES.register("tree", "binary-tree reduce to rank 0 then broadcast, 2 floor(log2 n) steps of S bytes",
                       citation="Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005")
 def tree_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
     if len(ranks) < 2:

@@ -37,7 +37,7 @@ __all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest"]
 class Request:
     """Something an algorithm waits on: a SimPy event plus what the time spent waiting was."""
 
-    kind: str  # "compute", "comm" or "progress"
+    kind: str  # "compute", "comm", "busy" or "progress"
     name: str
     event: simpy.Event
     started_s: float | None = None  # when data started moving (comm); None while peers are missing
@@ -159,6 +159,13 @@ class SimWorld:
         self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
         return request
 
+    def busy(self, rank: int, duration_s: float, name: str) -> Request:
+        """The rank computes something other than forward/backward (a server's update) for ``duration_s``."""
+        start, duration_s = self.env.now, max(0.0, float(duration_s))
+        self.recorder.span(rank, "compute", name, start, start + duration_s)
+        self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
+        return Request("busy", name, self.env.timeout(duration_s), start)
+
     # -- point to point ----------------------------------------------------------------
 
     def send(self, src: int, dst: int, payload: Any, tag: int) -> Request:
@@ -213,6 +220,8 @@ class SimWorld:
                    root: int | None = None, blocking: bool = True) -> Request:
         if rank not in group:
             raise SimulationError(f"rank {rank} calls {kind} on group {group.ranks} it is not a member of")
+        if root is not None and root not in group:
+            raise SimulationError(f"rank {rank} calls {kind} with root {root}, which is not in group {group.ranks}")
         key = (group.ranks, rank)
         seq = self._collective_seq.get(key, 0)
         self._collective_seq[key] = seq + 1
@@ -237,10 +246,11 @@ class SimWorld:
         if plan:
             yield from self._execute(plan_key, plan)
         end = self.env.now
-        for rank in op.group.ranks:
+        for index, rank in enumerate(op.group.ranks):
             if not op.blocking[rank]:
                 self.recorder.span(rank, "comm", op.kind, start, end, blocking=False)
-            op.requests[rank].event.succeed(results[rank] if isinstance(results, dict) else results)
+            # every member gets its own copy, as with MPI: one rank's in-place change stays its own
+            op.requests[rank].event.succeed(results if index == 0 else snapshot(results))
 
     def _collective_math_and_plan(self, op: _CollectiveOp):
         ranks = op.group.ranks
@@ -255,7 +265,7 @@ class SimWorld:
             nbytes = payload_nbytes(value)
             return value, ("broadcast", ranks, nbytes, op.root), broadcast_plan(ranks, nbytes, op.root)
         if op.kind == "allgather":
-            return list(ordered), ("allgather", ranks, nbytes), allgather_plan(ranks, nbytes)
+            return [snapshot(t) for t in ordered], ("allgather", ranks, nbytes), allgather_plan(ranks, nbytes)
         if op.kind == "barrier":
             return None, ("barrier", ranks), barrier_plan(ranks)
         raise SimulationError(f"unknown collective {op.kind!r}")
@@ -280,6 +290,7 @@ class SimWorld:
         return self.network.transfer(self.platform.route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst)
 
     def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float]]:
+        """(closed-form time, latency paid before the aggregate flows, bytes per pair) of a phase."""
         cached = self._analytic_cache.get(key)
         if cached is None:
             step_costs: dict[Any, tuple[float, float]] = {}
@@ -290,20 +301,24 @@ class SimWorld:
                 if cost is None:
                     cost = step_costs[step] = self._uncontended_step(step)
                 latency_s += cost[0]
-                total_s += cost[0] + cost[1]
+                total_s += cost[1]
                 for t in step:
                     pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes
             cached = self._analytic_cache[key] = (total_s, latency_s, pair_bytes)
         return cached
 
     def _uncontended_step(self, step) -> tuple[float, float]:
-        """(max route latency, max transfer time) of one step alone on an idle platform."""
+        """(smallest route latency, duration) of one step alone on an idle platform.
+
+        The duration is that of the slowest transfer, latency + bytes / max-min rate.
+        """
         routes = [self.platform.route(t.src, t.dst) for t in step]
-        latency = max(sum(link.latency_s for link in route) for route in routes)
+        latencies = [sum(link.latency_s for link in route) for route in routes]
         rates = max_min_rates([[link.index for link in route] for route in routes],
                               [link.bandwidth_Bps for link in self.platform.links])
-        transfer = max((t.nbytes / rate if t.nbytes > 0 else 0.0) for t, rate in zip(step, rates))
-        return latency, transfer
+        duration = max(lat + (t.nbytes / rate if t.nbytes > 0 else 0.0)
+                       for t, lat, rate in zip(step, latencies, rates))
+        return min(latencies), duration
 
     # -- records ---------------------------------------------------------------------
 
@@ -340,6 +355,9 @@ class SimRuntime:
 
     def compute(self, replica: Any, batch: Any) -> ComputeRequest:
         return self.world.compute(self.rank, replica, batch)
+
+    def busy(self, duration_s: float, name: str = "busy") -> Request:
+        return self.world.busy(self.rank, duration_s, name)
 
     def send(self, dst: int, payload: Any, tag: int = 0) -> Request:
         return self.world.send(self.rank, dst, payload, tag)

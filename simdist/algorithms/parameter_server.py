@@ -1,0 +1,339 @@
+"""The parameter-server protocol shared by asgd, nsoftsync and dbs (ALGORITHMS.md §2–§4).
+
+Ranks: the workers are the scenario's first N ranks (``ctx.workers``); the k servers
+(``servers: k``, default 1) run on ``server_ranks``, by default the k ranks right after the
+workers (N .. N+k−1). A scenario therefore needs at least N + k devices and must set
+``workers`` explicitly (``workers: 4`` on a 5-device platform): by default every device
+trains, leaving none for a server. :meth:`ParameterServerConfig.check_scenario` says so.
+
+Sharding: the flat parameter vector is split into k contiguous shards of nearly equal
+size; server j holds shard j, its optimizer state and its own version counter. A worker
+pulls and pushes every shard (k messages each way); staleness of a gradient at server j
+is that server's version when it applies the gradient minus the version the worker read.
+
+Protocol (tags :data:`TAG_PULL`, :data:`TAG_PUSH`, :data:`TAG_WEIGHTS`):
+
+* worker, once at start: send a small pull request to every server, receive ``(w_j, v_j)``;
+* worker loop: load the received weights, compute the gradient of the next batch, push
+  shard j of it to server j with the version read, batch size, loss and the time the
+  weights were read; then receive the next ``(w_j, v_j)`` — the server's reply to the
+  push *is* the next pull (ALGORITHMS.md §2: "reply with the new (w, v) to that worker");
+* server loop: receive messages from any rank in arrival order. A pull request is
+  answered at once. A push first costs ``apply_time_per_param × shard size`` seconds of
+  server time (``rt.busy``: folding one gradient into the weights or the accumulator),
+  joins the pending group, and when the group holds c gradients (asgd and dbs: c = 1;
+  nsoftsync: c = ⌊N/n⌋) the server applies the update and bumps its version. The reply
+  goes out when the server is done with the push (``pull: immediate``: after the update if
+  this push completed the group, otherwise right away) or, with ``pull: after_update``,
+  once the update containing the gradient has been applied. Sends never block the server.
+
+End of data: a worker flags its last push (``final``) and waits for an acknowledgement,
+not weights. A server applies a partial group when no further gradient can arrive (every
+worker has sent its final push or waits for an ``after_update`` reply), so every gradient
+is applied exactly once and the run ends once all workers have their acknowledgements.
+Servers loop forever; the simulation ends when every worker process has ended.
+
+Records: every applied gradient is one ``update`` row written by server 0 (for k > 1,
+server 0's shard stands for the model: rows = gradients, versions are server 0's), with
+``age_s`` = apply time − time the worker read the weights. Every server's version and
+gradient count are kept in :attr:`ParameterServerAlgorithm.servers_` for inspection.
+
+Assumption: ``apply_time_per_param`` defaults to 1e-9 s per parameter (≈ one fused
+multiply-add per parameter at memory bandwidth on one CPU core), pending calibration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import Field, NonNegativeInt, model_validator
+
+from ..errors import InputError
+from ..runtime.base import Runtime
+from ..training.replica import PhantomReplica, Replica
+from .async_math import shard_bounds, staleness
+from .base import Algorithm, AlgorithmConfig, AlgorithmContext, Process
+from .tensors import flat_concat, flat_slice
+
+__all__ = ["TAG_PULL", "TAG_PUSH", "TAG_WEIGHTS", "DEFAULT_APPLY_TIME_PER_PARAM_S", "ParameterServerConfig",
+           "ParameterServerAlgorithm", "ServerState", "PendingGradient", "BatchPolicy", "ShardedParameters"]
+
+TAG_PULL = 101  # worker -> server: "send me your shard" (tiny payload)
+TAG_PUSH = 102  # worker -> server: a gradient shard plus what the server needs to apply and record it
+TAG_WEIGHTS = 103  # server -> worker: (shard, version), or an acknowledgement of a final push
+
+DEFAULT_APPLY_TIME_PER_PARAM_S = 1e-9  # assumption pending calibration (see the module docstring)
+
+
+class ParameterServerConfig(AlgorithmConfig):
+    """Options every parameter-server algorithm shares."""
+
+    servers: int = Field(1, ge=1, description="parameter servers k; parameters are split into k contiguous shards. "
+                                              "Default 1 (or the length of server_ranks)")
+    server_ranks: list[NonNegativeInt] | None = Field(
+        None, description="ranks the servers run on (default: the k ranks after the workers, N..N+k-1)")
+    apply_time_per_param: float = Field(
+        DEFAULT_APPLY_TIME_PER_PARAM_S, ge=0,
+        description="server seconds per parameter for each gradient it handles. Default 1e-9 (assumption)")
+    staleness_aware: bool = Field(False, description="damp a gradient of staleness s by 1/max(1, s) (Zhang et al.)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _servers_from_ranks(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("server_ranks"), list) and data.get("servers") is None:
+            data = {**data, "servers": len(data["server_ranks"])}
+        return data
+
+    @model_validator(mode="after")
+    def _ranks_consistent(self):
+        ranks = self.server_ranks
+        if ranks is not None:
+            if len(ranks) != self.servers:
+                raise ValueError(f"server_ranks lists {len(ranks)} ranks but servers is {self.servers}")
+            if len(set(ranks)) != len(ranks):
+                raise ValueError(f"server_ranks {ranks} repeats a rank; each server needs its own rank")
+        return self
+
+    def resolved_server_ranks(self, n_workers: int) -> list[int]:
+        """The servers' ranks: ``server_ranks`` or N .. N+k−1."""
+        return list(self.server_ranks) if self.server_ranks is not None else list(range(n_workers, n_workers + self.servers))
+
+    def check_scenario(self, scenario: Any) -> None:
+        """Every server needs a rank of its own that exists and is not a worker."""
+        n, k, devices = scenario.worker_count, self.servers, scenario.platform.device_count
+        if self.server_ranks is None:
+            if n + k > devices:
+                raise InputError(
+                    f"{self.name} needs {n} worker ranks plus {k} server rank(s) = {n + k} devices, but the platform "
+                    f"has {devices}; set workers to at most {max(devices - k, 0)} (workers default to every device) "
+                    f"or add devices", field="workers")
+            return
+        for rank in self.server_ranks:
+            if rank >= devices:
+                raise InputError(f"unknown server rank {rank}: the platform has ranks 0..{devices - 1}",
+                                 field="algorithm.server_ranks")
+            if rank < n:
+                raise InputError(f"server rank {rank} is also a worker (workers are ranks 0..{n - 1}); "
+                                 f"choose ranks from {n} to {devices - 1} or lower workers",
+                                 field="algorithm.server_ranks")
+
+
+@dataclass
+class PendingGradient:
+    """A pushed gradient shard waiting at a server for the update that applies it."""
+
+    worker_rank: int
+    worker_index: int
+    grad: Any
+    version_read: int
+    batch_size: int
+    loss: float | None
+    read_s: float
+
+
+@dataclass
+class ServerState:
+    """One server: its shard of the parameters, version and pending group."""
+
+    index: int
+    rank: int
+    start: int
+    stop: int
+    replica: Any  # Replica (or PhantomReplica) of the shard
+    version: int = 0
+    gradients_applied: int = 0
+    pending: list[PendingGradient] = field(default_factory=list)
+    deferred: list[int] = field(default_factory=list)  # worker ranks whose reply waits for the next update
+    finished: set[int] = field(default_factory=set)  # worker ranks whose final push has arrived
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+
+class ShardedParameters:
+    """The k servers' shards seen as one model for evaluation (read-only ``params``)."""
+
+    def __init__(self, replicas: list[Any]):
+        self._replicas = replicas
+
+    @property
+    def params(self) -> Any:
+        return flat_concat([r.params for r in self._replicas])
+
+
+class BatchPolicy:
+    """A worker's batch size: the scenario's ``batch_size`` every step (dbs overrides this)."""
+
+    def __init__(self, base_batch_size: int):
+        self.batch_size = base_batch_size
+
+    def next_batch_size(self, rt: Runtime, reply: dict[str, Any]) -> int:
+        """Called before each step with server 0's latest reply."""
+        return self.batch_size
+
+    def observe(self, iteration_s: float, full_batch: bool) -> None:
+        """One loop (compute, push, reply) took ``iteration_s``; ``full_batch``: at the requested size."""
+
+    def report(self) -> float | None:
+        """What the next push tells the server about this worker (dbs: its last iteration time)."""
+        return None
+
+
+class ParameterServerAlgorithm(Algorithm):
+    """Workers pull, compute and push; servers apply groups of ``group_size`` gradients.
+
+    Subclasses set ``group_size`` / ``reply_after_update`` in ``__init__`` and may override
+    :meth:`combine` (the update rule), :meth:`make_policy`, :meth:`on_push` and
+    :meth:`reply_extra`.
+    """
+
+    Config: ClassVar[type[ParameterServerConfig]] = ParameterServerConfig
+
+    def __init__(self, config: ParameterServerConfig, ctx: AlgorithmContext):
+        super().__init__(config, ctx)
+        numel = ctx.workload.param_count
+        if config.servers > numel:
+            raise InputError(f"{config.servers} servers cannot share {numel} parameters", field="algorithm.servers")
+        self.group_size = 1
+        self.reply_after_update = False
+        self.lr = ctx.workload.optimizer_config.lr
+        self.server_ranks = config.resolved_server_ranks(ctx.n_workers)
+        self.replicas = [ctx.make_replica() for _ in ctx.workers]
+        self.data = [ctx.make_data(i) for i in range(ctx.n_workers)]
+        self.policies = [self.make_policy(i) for i in range(ctx.n_workers)]
+        self._index_of = {rank: i for i, rank in enumerate(ctx.workers)}
+        full = ctx.make_replica()
+        bounds = shard_bounds(numel, config.servers)
+        self.servers_ = [ServerState(j, rank, start, stop, self._shard_replica(full, start, stop))
+                         for j, (rank, (start, stop)) in enumerate(zip(self.server_ranks, bounds))]
+
+    def _shard_replica(self, full: Any, start: int, stop: int) -> Any:
+        if len(self.server_ranks) == 1:
+            return full
+        if self.ctx.timing_only:
+            return PhantomReplica(stop - start, full.optimizer)
+        return Replica(full.params[start:stop].clone(), full.optimizer)
+
+    # -- what subclasses change -------------------------------------------------------
+
+    def make_policy(self, index: int) -> BatchPolicy:
+        return BatchPolicy(self.ctx.batch_size)
+
+    def combine(self, pending: list[PendingGradient], stalenesses: list[int]) -> tuple[Any, float]:
+        """(gradient to apply, learning rate) of one update from its pending gradients."""
+        raise NotImplementedError
+
+    def on_push(self, server: ServerState, worker_index: int, payload: dict[str, Any]) -> None:
+        """A push arrived at ``server`` (before it joins the pending group)."""
+
+    def reply_extra(self, server: ServerState) -> dict[str, Any]:
+        """Extra fields of every reply of ``server`` (dbs: worker 0's iteration times)."""
+        return {}
+
+    # -- Algorithm interface ----------------------------------------------------------
+
+    def processes(self) -> dict[int, Process]:
+        procs: dict[int, Process] = {rank: self._bind(self._worker, i) for i, rank in enumerate(self.ctx.workers)}
+        procs.update({server.rank: self._bind(self._server, server) for server in self.servers_})
+        return procs
+
+    def evaluation_replicas(self) -> dict[int, Any]:
+        if len(self.servers_) == 1:
+            return {self.servers_[0].rank: self.servers_[0].replica}
+        return {self.servers_[0].rank: ShardedParameters([s.replica for s in self.servers_])}
+
+    def epochs_completed(self) -> float:
+        return sum(d.epochs_completed for d in self.data) / len(self.data)
+
+    @staticmethod
+    def _bind(method, arg) -> Process:
+        def run(rt: Runtime):
+            return method(rt, arg)
+        return run
+
+    # -- worker -------------------------------------------------------------------------
+
+    def _worker(self, rt: Runtime, index: int):
+        replica, data, policy = self.replicas[index], self.data[index], self.policies[index]
+        for server in self.servers_:
+            rt.send(server.rank, {"worker": index}, tag=TAG_PULL)
+        replies = yield from self._receive(rt)
+        read_s = rt.now()
+        while True:
+            size = policy.next_batch_size(rt, replies[0])
+            batch = data.next_batch(size)
+            final = data.exhausted
+            replica.load(replies[0]["params"] if len(replies) == 1 else flat_concat([r["params"] for r in replies]))
+            result = yield rt.compute(replica, batch)
+            report = policy.report()
+            for server, reply in zip(self.servers_, replies):
+                rt.send(server.rank, {"grad": flat_slice(result.grad, server.start, server.stop),
+                                      "version": reply["version"], "batch_size": batch.size, "loss": result.loss,
+                                      "read_s": read_s, "final": final, "report": report}, tag=TAG_PUSH)
+            replies = yield from self._receive(rt)
+            if final:
+                return
+            now = rt.now()
+            policy.observe(now - read_s, batch.size == size)
+            read_s = now
+
+    def _receive(self, rt: Runtime):
+        replies = []
+        for server in self.servers_:
+            message = yield rt.recv(src=server.rank, tag=TAG_WEIGHTS)
+            replies.append(message.payload)
+        return replies
+
+    # -- server -------------------------------------------------------------------------
+
+    def _server(self, rt: Runtime, server: ServerState):
+        cost_s = self.config.apply_time_per_param * server.numel
+        while True:
+            message = yield rt.recv()
+            if message.tag == TAG_PULL:
+                self._reply(rt, server, message.src)
+                continue
+            if message.tag != TAG_PUSH:
+                continue
+            push, src = message.payload, message.src
+            if cost_s > 0:
+                yield rt.busy(cost_s, "apply")
+            index = self._index_of[src]
+            self.on_push(server, index, push)
+            server.pending.append(PendingGradient(src, index, push["grad"], push["version"], push["batch_size"],
+                                                  push["loss"], push["read_s"]))
+            if push["final"]:
+                server.finished.add(src)
+            if self.reply_after_update:
+                server.deferred.append(src)
+            if len(server.pending) >= self.group_size or self._no_more_gradients(server):
+                self._apply(rt, server)
+            if not self.reply_after_update:
+                self._reply(rt, server, src, ack=push["final"])
+
+    def _no_more_gradients(self, server: ServerState) -> bool:
+        """True when every worker has finished or waits for this server's next update."""
+        return all(rank in server.finished or rank in server.deferred for rank in self.ctx.workers)
+
+    def _apply(self, rt: Runtime, server: ServerState) -> None:
+        pending, server.pending = server.pending, []
+        stalenesses = [staleness(server.version, p.version_read) for p in pending]
+        grad, lr = self.combine(pending, stalenesses)
+        server.replica.apply_gradient(grad, lr=lr)
+        server.version += 1
+        server.gradients_applied += len(pending)
+        if server.index == 0:
+            now = rt.now()
+            for p, s in zip(pending, stalenesses):
+                rt.record("update", worker=p.worker_rank, step=server.version, version=server.version, staleness=s,
+                          batch_size=p.batch_size, loss=p.loss, age_s=now - p.read_s)
+        deferred, server.deferred = server.deferred, []
+        for rank in deferred:  # in the order their pushes arrived
+            self._reply(rt, server, rank, ack=rank in server.finished)
+
+    def _reply(self, rt: Runtime, server: ServerState, dst: int, *, ack: bool = False) -> None:
+        payload = {"params": None if ack else server.replica.params, "version": server.version,
+                   **self.reply_extra(server)}
+        rt.send(dst, payload, tag=TAG_WEIGHTS)
