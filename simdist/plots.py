@@ -48,7 +48,7 @@ __all__ = [
     "overlay_staleness",
 ]
 
-FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "timeline")
+FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "batch_size_vs_time", "timeline")
 MAX_SPANS_PER_RANK = 2000
 MAX_TIMELINE_RANKS = 256
 FORMATS = ("png", "svg")
@@ -73,6 +73,8 @@ def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[P
         ("loss_vs_time", _draw_loss),
         ("accuracy_vs_time", _draw_accuracy),
         ("staleness_hist", _draw_staleness),
+        ("iteration_times", _draw_iteration_times),
+        ("batch_size_vs_time", _draw_batch_sizes),
         ("timeline", _draw_timeline),
     ):
         fig = draw(loaded)
@@ -171,6 +173,47 @@ def _draw_staleness(loaded: LoadedResult) -> Figure | None:
     ax.set_xlabel("staleness (model versions)")
     ax.set_ylabel("updates")
     ax.set_title(f"{_run_title(loaded)}: staleness of {staleness.size} updates")
+    return fig
+
+
+def _iteration_intervals(steps: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Per worker, the virtual time between its consecutive applied gradients."""
+    out: dict[int, np.ndarray] = {}
+    for worker, rows in steps.groupby("worker", sort=True):
+        times = np.sort(rows["time_s"].to_numpy(dtype=float))
+        if len(times) > 1:
+            out[int(worker)] = np.diff(times)
+    return out
+
+
+def _draw_iteration_times(loaded: LoadedResult) -> Figure | None:
+    """Distribution of each worker's iteration time (box per worker): equal boxes = balanced workers."""
+    steps = _numeric(loaded.steps, "time_s", "worker").dropna()
+    intervals = _iteration_intervals(steps) if len(steps) else {}
+    if not intervals:
+        return None
+    fig, ax = _new_figure()
+    workers = sorted(intervals)
+    ax.boxplot([intervals[w] for w in workers], showfliers=False)
+    ax.set_xticks(range(1, len(workers) + 1), [str(w) for w in workers])
+    ax.set_xlabel("worker (rank)")
+    ax.set_ylabel("iteration time (virtual s)")
+    ax.set_title(f"{_run_title(loaded)}: iteration time per worker")
+    return fig
+
+
+def _draw_batch_sizes(loaded: LoadedResult) -> Figure | None:
+    """Batch size of each worker's gradients over virtual time; drawn only when batch sizes change."""
+    steps = _numeric(loaded.steps, "time_s", "worker", "batch_size").dropna()
+    if not len(steps) or steps.groupby("worker")["batch_size"].nunique().max() <= 2:
+        return None  # constant batches (the last batch of an epoch may be smaller)
+    fig, ax = _new_figure()
+    for worker, rows in steps.groupby("worker", sort=True):
+        ax.step(rows["time_s"], rows["batch_size"], where="post", label=f"worker {int(worker)}", linewidth=1)
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("batch size (samples)")
+    ax.set_title(f"{_run_title(loaded)}: batch size over time")
+    _legend(ax)
     return fig
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import InputError
 from .platform.presets import PLATFORMS
 from .platform.spec import PlatformSpec, Seconds
+from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
 from .training.optim import OptimizerConfig
 from .yamlio import safe_load_limited
@@ -133,6 +134,8 @@ class ComputeConfig(_Config):
     efficiency: float = Field(0.4, gt=0, le=1, description="fraction of peak FLOP/s for devices without a measured profile")
     kernel_overhead_s: Seconds = Field(10e-6, description="per-kernel launch cost for devices without a measured profile")
     threads: int = Field(1, ge=1, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
+    stragglers: list[StragglerSpec] = Field(default_factory=list,
+                                            description="ranks slowed by a factor in fixed, periodic or random windows")
 
 
 class OutputConfig(_Config):
@@ -321,6 +324,11 @@ def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> 
         raise InputError(f"{scenario.workers} workers but the platform has only {devices} devices "
                          f"({scenario.platform.nodes} nodes x {scenario.platform.node.devices})",
                          source=source, field="workers")
+    for i, straggler in enumerate(scenario.compute.stragglers):
+        missing = [r for r in straggler.ranks if r >= devices]
+        if missing:
+            raise InputError(f"rank {missing[0]} does not exist (the platform has ranks 0..{devices - 1})",
+                             source=source, field=f"compute.stragglers[{i}].ranks")
     if scenario.workload.timing_only and scenario.stop.target_accuracy is not None:
         raise InputError("timing-only runs compute no accuracy; remove stop.target_accuracy or timing_only",
                          source=source, field="stop.target_accuracy")

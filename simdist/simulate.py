@@ -24,6 +24,7 @@ import torch
 from .algorithms import ALGORITHMS, AlgorithmContext
 from .errors import InputError
 from .platform.compute import ComputeModel, default_profile_paths, load_profiles
+from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
 from .recorder import Recorder
 from .results import LinkStats, RankInfo, RunResult
@@ -90,7 +91,8 @@ class _Run:
             forward_flops_per_sample=self.workload.forward_flops_per_sample,
             parameter_layers=sum(1 for layer in self.workload.layers if layer.forward_flops_per_sample > 0),
             seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma,
-            efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s)
+            efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s,
+            stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None)
         self.recorder = Recorder()
         self.world = SimWorld(self.platform, self.compute, self.recorder,
                               gradient_source=_gradient_source(self.workload, self.timing_only),

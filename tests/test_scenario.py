@@ -81,7 +81,7 @@ def test_horovod_preset_fills_sync_options():
         (lambda d: d.pop("workload"), "workload", "required"),
         (lambda d: d["workload"].__setitem__("batch_size", "many"), "workload.batch_size", "integer"),
         (lambda d: d["workload"].__setitem__("batch_size", 0), "workload.batch_size", "greater than or equal to 1"),
-        (lambda d: d["algorithm"].__setitem__("name", "dasso"), "algorithm.name", "known: sync"),
+        (lambda d: d["algorithm"].__setitem__("name", "dasso"), "algorithm.name", "unknown algorithm 'dasso'; known: "),
         (lambda d: d["algorithm"].__setitem__("collective", "star"), "algorithm.collective", "unknown collective 'star'"),
         (lambda d: d["algorithm"].__setitem__("overlap", "forward"), "algorithm.overlap", "'none' or 'backward'"),
         (lambda d: d["platform"].__setitem__("preset", "cray"), "platform.preset", "known: cluster-a100-hdr"),

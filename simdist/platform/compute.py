@@ -17,7 +17,13 @@ The duration of one forward/backward of a rank is
   ``docker --cpus``: a rank at 1.5 CPUs computes 1.5× as fast as one at 1 CPU — the
   profile was measured on one core).
 * ``jitter`` is lognormal with mean 1 and log-standard-deviation ``noise_sigma``, drawn
-  from the rank's own seeded stream ``compute-noise/rank<r>``.
+  from the rank's own seeded stream ``compute-noise/rank<r>``; straggler windows
+  (:mod:`simdist.platform.stragglers`) multiply it further.
+
+When a node declares ``cores``, its CPU ranks share them (processor sharing): the runtime
+runs each forward/backward as ``work_core_s(...)`` core-seconds of work whose rate is the
+max-min fair share of the node's cores, capped by the rank's ``cpus``; alone on its node a
+rank then takes exactly the time above.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import yaml
 
 from ..errors import InputError
 from ..seeding import numpy_stream
+from .stragglers import StragglerSchedule
 from .topology import Platform
 
 __all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel"]
@@ -93,9 +100,11 @@ class ComputeModel:
 
     def __init__(self, platform: Platform, timings: dict[tuple[str, str], ModelTiming], *, model: str,
                  forward_flops_per_sample: float, parameter_layers: int, seed: int, noise_sigma: float = 0.0,
-                 efficiency: float = 0.4, kernel_overhead_s: float = 10e-6):
+                 efficiency: float = 0.4, kernel_overhead_s: float = 10e-6,
+                 stragglers: StragglerSchedule | None = None):
         self.platform = platform
         self.noise_sigma = noise_sigma
+        self.stragglers = stragglers
         self._noise = [numpy_stream(seed, f"compute-noise/rank{d.rank}") for d in platform.devices]
         self._base: dict[str, ModelTiming] = {}
         for device in platform.devices:
@@ -130,13 +139,26 @@ class ComputeModel:
         share = device.cpus if device.cpus is not None else 1.0
         return (timing.t0_s + timing.t1_s * batch_size) / (device.speed * share)
 
-    def duration_s(self, rank: int, batch_size: int) -> float:
-        """One sampled duration (advances the rank's noise stream when noise is on)."""
-        base = self.mean_duration_s(rank, batch_size)
-        if self.noise_sigma <= 0:
-            return base
-        s = self.noise_sigma
-        return base * math.exp(s * self._noise[rank].standard_normal() - 0.5 * s * s)
+    def duration_s(self, rank: int, batch_size: int, now_s: float = 0.0) -> float:
+        """One sampled duration of a forward/backward starting at ``now_s`` (alone on its cores)."""
+        device = self.platform.devices[rank]
+        share = device.cpus if device.cpus is not None else 1.0
+        return self.work_core_s(rank, batch_size, now_s) / share
+
+    def work_core_s(self, rank: int, batch_size: int, now_s: float = 0.0) -> float:
+        """The same forward/backward as work for one full core (processor-sharing runs).
+
+        Advances the rank's noise stream when noise is on.
+        """
+        device = self.platform.devices[rank]
+        timing = self._base[device.profile_device]
+        work = (timing.t0_s + timing.t1_s * batch_size) / device.speed
+        if self.noise_sigma > 0:
+            s = self.noise_sigma
+            work *= math.exp(s * self._noise[rank].standard_normal() - 0.5 * s * s)
+        if self.stragglers is not None:
+            work *= self.stragglers.factor(rank, now_s)
+        return work
 
     def describe(self) -> dict:
         return {key: {"t0_s": t.t0_s, "t1_s": t.t1_s, "source": t.source} for key, t in self._base.items()}

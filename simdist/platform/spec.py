@@ -92,6 +92,8 @@ class NodeSpec(_Frozen):
 
     devices: int = Field(1, ge=1, description="devices (ranks) per node")
     device: DeviceSpec = Field(default_factory=DeviceSpec)
+    cores: float | None = Field(None, gt=0, description="CPU cores the node's cpu ranks share (processor sharing); "
+                                "default: every rank has its cpus to itself")
     intra_link: LinkSpec = Field(LinkSpec(kind="shm"), description="device ↔ node interconnect port, per device")
     nics: int = Field(1, ge=1, description="network interfaces per node; device k uses NIC k mod nics")
     nic_link: LinkSpec = Field(LinkSpec(kind="ib-hdr"), description="NIC ↔ fabric link, per NIC")

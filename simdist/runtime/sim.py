@@ -23,8 +23,8 @@ import torch
 
 from ..errors import SimulationError
 from ..platform.compute import ComputeModel
-from ..platform.network import NETWORK_MODELS, max_min_rates
-from ..platform.topology import Platform
+from ..platform.network import NETWORK_MODELS, FlowNetwork, max_min_rates
+from ..platform.topology import Link, Platform
 from ..recorder import Recorder
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
 from .base import ANY, GradResult, Group, Message
@@ -112,6 +112,23 @@ class SimWorld:
         self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float]]] = {}
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._compute_until: dict[int, float] = {}
+        self._cores = self._core_sharing(platform)
+        self._computing_on_node: dict[int, int] = {}
+
+    def _core_sharing(self, platform: Platform) -> tuple[FlowNetwork, list[tuple[Link, Link]]] | None:
+        """Processor sharing of node cores: a flow network of rank caps and per-node core pools."""
+        cores = platform.spec.node.cores
+        if cores is None:
+            return None
+        links: list[Link] = []
+        pools = [Link(len(links) + n, f"n{n}.cores", "cores", 0.0, cores) for n in range(platform.spec.nodes)]
+        links.extend(pools)
+        routes = []
+        for device in platform.devices:
+            cap = Link(len(links), f"rank{device.rank}.cpus", "cpu-share", 0.0, device.cpus or 1.0)
+            links.append(cap)
+            routes.append((cap, pools[device.node]))
+        return FlowNetwork(self.env, links), routes
 
     def runtime(self, rank: int) -> "SimRuntime":
         if not 0 <= rank < self.platform.size:
@@ -151,12 +168,41 @@ class SimWorld:
     def compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
-        duration = self.compute_model.duration_s(rank, batch_size)
+        if self._cores is not None:
+            return self._shared_compute(rank, replica, batch)
+        duration = self.compute_model.duration_s(rank, batch_size, start)
         request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=duration, env=env,
                                  resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
         env.timeout(duration).callbacks.append(lambda _event: request.event.succeed(request.partial_result()))
         self._compute_until[rank] = start + duration
         self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
+        return request
+
+    def _shared_compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
+        """Compute as work on the node's shared cores; its duration emerges from the sharing.
+
+        ``at_fraction`` uses the duration estimated at the start (the rank's fair share then).
+        """
+        env, start = self.env, self.env.now
+        batch_size, device = int(batch.size), self.platform.devices[rank]
+        network, routes = self._cores
+        work = self.compute_model.work_core_s(rank, batch_size, start)
+        busy = self._computing_on_node.get(device.node, 0) + 1
+        self._computing_on_node[device.node] = busy
+        estimate = work / min(device.cpus or 1.0, self.platform.spec.node.cores / busy)
+        request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=estimate, env=env,
+                                 resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
+        self._compute_until[rank] = start + estimate
+
+        def finish(_event) -> None:
+            self._computing_on_node[device.node] -= 1
+            self._compute_until[rank] = env.now
+            if request._result is None:
+                request.duration_s = env.now - start
+            self.recorder.span(rank, "compute", "forward/backward", start, env.now, batch_size=batch_size)
+            request.event.succeed(request.partial_result())
+
+        network.transfer(routes[rank], work, latency_s=0.0).callbacks.append(finish)
         return request
 
     def busy(self, rank: int, duration_s: float, name: str) -> Request:

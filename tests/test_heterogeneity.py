@@ -1,0 +1,108 @@
+"""Heterogeneous compute: CPU shares, shared cores (processor sharing), jitter and stragglers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from simdist.errors import InputError
+from simdist.platform.compute import ComputeModel, ModelTiming
+from simdist.platform.spec import PlatformSpec
+from simdist.platform.stragglers import StragglerSchedule, StragglerSpec
+from simdist.platform.topology import Platform
+from simdist.recorder import Recorder
+from simdist.runtime.sim import SimWorld
+from simdist.scenario import scenario_from_dict
+from simdist.simulate import simulate
+
+T1 = 0.1  # seconds per sample on one core
+
+
+class Batch:
+    size = 10  # one core-second of work at T1
+
+
+def world(node: dict, overrides=(), **compute):
+    platform = Platform(PlatformSpec.model_validate({"node": {"device": {"kind": "cpu"}, **node},
+                                                     "device_overrides": list(overrides)}))
+    model = ComputeModel(platform, {("host-cpu", "m"): ModelTiming(0.0, T1, None, "test")}, model="m",
+                         forward_flops_per_sample=1.0, parameter_layers=1, seed=0, **compute)
+    return SimWorld(platform, model, Recorder(), gradient_source=lambda r, rep, b: (lambda: (torch.zeros(1), 0.0)))
+
+
+def finish_times(w, ranks, starts=None):
+    ends = {}
+
+    def proc(rt, delay_rank):
+        if starts and starts.get(rt.rank):
+            yield rt.busy(starts[rt.rank], "idle")
+        yield rt.compute(None, Batch())
+        ends[rt.rank] = rt.now()
+
+    for r in ranks:
+        w.spawn(r, proc(w.runtime(r), r))
+    w.env.run()
+    return ends
+
+
+def test_cpu_share_divides_compute_time():
+    ends = finish_times(world({"devices": 2}, [{"ranks": [1], "cpus": 1.5}]), [0, 1])
+    assert ends[0] == pytest.approx(1.0)
+    assert ends[1] == pytest.approx(1.0 / 1.5)
+
+
+def test_ranks_sharing_fewer_cores_slow_each_other_down():
+    # 4 ranks, 2 cores: each gets half a core while all compute
+    assert finish_times(world({"devices": 4, "cores": 2}), range(4)) == pytest.approx({r: 2.0 for r in range(4)})
+
+
+def test_processor_sharing_speeds_up_when_a_neighbour_finishes():
+    # 2 ranks on 1 core; rank 1 starts 0.5 s late: rank 0 runs alone 0.5 s, then both share
+    ends = finish_times(world({"devices": 2, "cores": 1}), [0, 1], starts={1: 0.5})
+    # rank 0: 0.5 core-s alone, 0.5 core-s at half speed -> ends at 1.5; rank 1: 0.5 core-s shared, 0.5 alone -> 2.0
+    assert ends[0] == pytest.approx(1.5)
+    assert ends[1] == pytest.approx(2.0)
+
+
+def test_alone_on_shared_cores_equals_dedicated():
+    assert finish_times(world({"devices": 4, "cores": 4}), [2]) == pytest.approx({2: 1.0})
+
+
+def test_jitter_has_mean_one_and_is_seeded():
+    w = world({"devices": 1}, noise_sigma=0.3)
+    draws = [w.compute_model.duration_s(0, 10) for _ in range(4000)]
+    assert sum(draws) / len(draws) == pytest.approx(1.0, rel=0.03)
+    again = world({"devices": 1}, noise_sigma=0.3)
+    assert [again.compute_model.duration_s(0, 10) for _ in range(10)] == draws[:10]
+
+
+def test_straggler_windows_fixed_periodic_random():
+    fixed = StragglerSchedule([StragglerSpec(ranks=[0], factor=3.0, start="1s", duration="2s")], seed=0)
+    assert [fixed.factor(0, t) for t in (0.5, 1.0, 2.9, 3.0, 10.0)] == [1.0, 3.0, 3.0, 1.0, 1.0]
+    assert fixed.factor(1, 2.0) == 1.0
+    periodic = StragglerSchedule([StragglerSpec(ranks=[0], factor=2.0, start=0, duration=1, every=10)], seed=0)
+    assert [periodic.factor(0, t) for t in (0.5, 5.0, 10.5, 101.0)] == [2.0, 1.0, 2.0, 1.0]
+    spec = StragglerSpec(ranks=[0, 1], factor=2.0, duration=1.0, random={"mean_interval": 5.0})
+    schedule = StragglerSchedule([spec], seed=7)
+    samples = [schedule.factor(0, t / 10) for t in range(100_000)]
+    slow_fraction = sum(f > 1 for f in samples) / len(samples)
+    assert slow_fraction == pytest.approx(1 - math.exp(-1 / 5), abs=0.05)  # P(a window covers t)
+    assert [StragglerSchedule([spec], seed=7).factor(0, t / 10) for t in range(2000)] == samples[:2000]
+
+
+def test_straggler_slows_a_sync_run(tmp_path):
+    from pathlib import Path
+
+    profile = str(Path(__file__).parent / "data" / "tiny_profile.yaml")
+    base = {"platform": {"preset": "laptop-cpu", "node": {"devices": 2}},
+            "workload": {"model": "mlp", "dataset": "digits", "batch_size": 16},
+            "algorithm": "sync", "stop": {"steps": 20}, "compute": {"profiles": [profile]}}
+    plain = simulate(scenario_from_dict(base)).virtual_time_s
+    slowed = dict(base, compute={"profiles": [profile],
+                                 "stragglers": [{"ranks": [1], "factor": 4.0, "start": 0, "duration": "1h"}]})
+    assert simulate(scenario_from_dict(slowed)).virtual_time_s > 3 * plain
+    bad = dict(base, compute={"profiles": [profile], "stragglers": [{"ranks": [9], "factor": 2, "duration": 1}]})
+    with pytest.raises(InputError, match=r"compute.stragglers\[0\].ranks"):
+        scenario_from_dict(bad)
