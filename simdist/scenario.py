@@ -271,6 +271,11 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[str, Any]:
+    """A platform mapping from a preset name, a file path, or {preset|file, overlays, fields...}.
+
+    Order of precedence, lowest first: the preset or file, each overlay file in turn (e.g. a
+    calibrated network fit; its ``provenance`` key is ignored), then fields given inline.
+    """
     if isinstance(value, str):
         value = {"file": value} if value.endswith((".yaml", ".yml")) else {"preset": value}
     if not isinstance(value, dict):
@@ -278,16 +283,24 @@ def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[st
     value = dict(value)
     if "preset" in value and "file" in value:
         raise InputError("give preset or file, not both", source=source, field="platform")
+    overlays = value.pop("overlays", [])
+    if not isinstance(overlays, list) or not all(isinstance(o, str) for o in overlays):
+        raise InputError("must be a list of platform overlay file paths", source=source, field="platform.overlays")
+    base: dict[str, Any] = {}
     if "preset" in value:
         name = value.pop("preset")
         if name not in PLATFORMS:
             raise InputError(f"unknown platform preset {name!r}; known: {', '.join(PLATFORMS.names())}",
                              source=source, field="platform.preset")
-        value = _merge(PLATFORMS.get(name)(), value)
+        base = PLATFORMS.get(name)()
     elif "file" in value:
-        path = base_dir / str(value.pop("file"))
-        value = _merge(_read_yaml_mapping(path, "platform"), value)
-    return value
+        base = _read_yaml_mapping(base_dir / str(value.pop("file")), "platform")
+        base.pop("provenance", None)
+    for overlay in overlays:
+        layer = _read_yaml_mapping(base_dir / overlay, "platform overlay")
+        layer.pop("provenance", None)
+        base = _merge(base, layer)
+    return _merge(base, value)
 
 
 def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_dir: Path | None = None,

@@ -86,6 +86,10 @@ class _Run:
             scenario.workload.model.name, scenario.workload.model.options,
             scenario.workload.dataset.name, scenario.workload.dataset.options,
             scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import)
+        if self.workload.dataset.shape_only and not self.timing_only:
+            raise InputError(f"dataset {self.workload.dataset.name!r} holds no sample values; it needs "
+                             "workload.timing_only: true (or --timing-only)", source=scenario.source,
+                             field="workload.dataset")
         self.compute = ComputeModel(
             self.platform, load_profiles(_profile_paths(scenario)), model=self.workload.model_name,
             forward_flops_per_sample=self.workload.forward_flops_per_sample,

@@ -210,3 +210,27 @@ def test_import_models_need_permission():
     with pytest.raises(InputError, match="rejected its options"):
         _workload(path, {"depth": 5}, allow_import=True)
     assert np.isfinite(w.test_metrics(w.initial_params())[0])
+
+
+def test_resnet50_has_the_published_parameter_count_and_shape_only_imagenet():
+    from simdist.training.optim import OptimizerConfig
+    from simdist.training.workload import build_workload
+
+    workload = build_workload("resnet50", {}, "imagenet-shape", {}, OptimizerConfig(), 0)
+    assert workload.param_count == 25_557_032  # torchvision resnet50, 1000 classes
+    assert workload.dataset.shape_only and workload.dataset.train_size == 1_281_167
+    assert workload.forward_flops_per_sample == pytest.approx(8.18e9, rel=0.01)  # 4.09 GMACs
+    assert sum(layer.stop - layer.start for layer in workload.layers) == workload.param_count
+
+
+def test_shape_only_dataset_requires_timing_only():
+    from simdist.errors import InputError
+    from simdist.scenario import scenario_from_dict
+    from simdist.simulate import simulate
+
+    data = {"platform": {"preset": "laptop-cpu", "node": {"devices": 1}},
+            "workload": {"model": "mlp", "dataset": {"name": "imagenet-shape", "samples": 100,
+                                                     "input_shape": [3, 32, 32]}},
+            "algorithm": "sync", "stop": {"steps": 1}}
+    with pytest.raises(InputError, match="workload.dataset.*timing_only"):
+        simulate(scenario_from_dict(data))

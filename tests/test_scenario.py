@@ -155,3 +155,19 @@ def test_schema_lists_algorithm_options():
     assert "workload" in schema["properties"]
     algorithms = schema["properties"]["algorithm"]["oneOf"]
     assert any("collective" in a["properties"] for a in algorithms)
+
+
+def test_platform_overlays_apply_in_order_under_inline_fields(tmp_path):
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump({
+        "provenance": {"command": "simdist calibrate network"},
+        "node": {"intra_link": {"kind": "shm", "latency": 1.0e-6, "bandwidth": 9.0e9}}}))
+    (tmp_path / "later.yaml").write_text(yaml.safe_dump({"node": {"intra_link": {"kind": "shm", "latency": 2.0e-6}}}))
+    data = base()
+    data["platform"] = {"preset": "laptop-cpu", "overlays": ["fit.yaml", "later.yaml"], "node": {"devices": 3}}
+    platform = load_scenario(write(tmp_path, data)).platform
+    assert platform.node.devices == 3
+    assert platform.node.intra_link.latency_s == pytest.approx(2.0e-6)  # later overlay wins
+    assert platform.node.intra_link.bandwidth_Bps == pytest.approx(9.0e9)
+    data["platform"]["overlays"] = ["missing.yaml"]
+    with pytest.raises(InputError, match="missing.yaml: platform overlay file not found"):
+        load_scenario(write(tmp_path, data))

@@ -14,6 +14,7 @@ from .datasets import DATASETS, Dataset, DigitsConfig, SyntheticConfig
 from .gradients import GradientEvaluator, GradientHandle, PendingGradients
 from .models import MODELS, CNNConfig, LayerInfo, MLPConfig, ModelInfo, load_import_model, model_info
 from .optim import Adam, Optimizer, OptimizerConfig, SGD, make_optimizer
+from . import resnet  # noqa: F401  (registers resnet50, resnet18)
 from .replica import PhantomReplica, PhantomTensor, Replica, payload_nbytes, snapshot
 from .workload import Workload, build_workload
 

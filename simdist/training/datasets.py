@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..registry import Registry
 from ..seeding import numpy_stream
 
-__all__ = ["DATASETS", "Dataset", "SyntheticConfig", "DigitsConfig"]
+__all__ = ["DATASETS", "Dataset", "SyntheticConfig", "DigitsConfig", "ShapeOnlyConfig"]
 
 DATASETS: Registry[Callable[[int, object], "Dataset"]] = Registry("dataset")
 
@@ -38,6 +38,7 @@ class Dataset:
     test_y: torch.Tensor
     input_shape: tuple[int, ...]
     num_classes: int
+    shape_only: bool = False  # no sample values: usable in timing-only runs alone
 
     @property
     def train_size(self) -> int:
@@ -135,3 +136,27 @@ def digits(seed: int, config: DigitsConfig) -> Dataset:
     x = bunch.images.astype(np.float64) / 16.0  # pixel values are 0..16
     train, test = _split(len(x), config.test_fraction, numpy_stream(seed, "dataset/digits/split"))
     return _standardised("digits", x, bunch.target, train, test, (1, 8, 8), 10)
+
+
+class ShapeOnlyConfig(BaseModel):
+    """Options of a shape-only dataset (sizes without values, for timing-only runs)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples: int = Field(1_281_167, ge=1, description="Training samples per epoch. Default: ImageNet-1k's 1,281,167.")
+    input_shape: tuple[int, ...] = Field((3, 224, 224), description="Shape of one sample. Default (3, 224, 224).")
+    classes: int = Field(1000, ge=2, description="Number of classes. Default 1000.")
+
+
+@DATASETS.register(
+    "imagenet-shape",
+    "ImageNet-1k's sizes without its images (1,281,167 training samples of 3x224x224, 1000 classes): "
+    "epochs and model shapes for timing-only runs; holds no sample values.",
+    citation="Russakovsky et al., ImageNet Large Scale Visual Recognition Challenge, IJCV 115, 2015 (ILSVRC-2012 sizes).",
+    config=ShapeOnlyConfig,
+)
+def imagenet_shape(seed: int, config: ShapeOnlyConfig) -> Dataset:
+    empty = torch.empty((0, *config.input_shape))
+    labels = torch.zeros(config.samples, dtype=torch.int64)  # sharding needs only the count
+    return Dataset("imagenet-shape", empty, labels, empty, torch.zeros(0, dtype=torch.int64),
+                   tuple(config.input_shape), config.classes, shape_only=True)
