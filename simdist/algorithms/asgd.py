@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .async_math import asgd_learning_rate
-from .base import ALGORITHMS, AlgorithmContext
+from .base import ALGORITHMS
 from .parameter_server import ParameterServerAlgorithm, ParameterServerConfig, PendingGradient
 
 __all__ = ["AsgdConfig", "Asgd"]
@@ -43,9 +43,6 @@ class Asgd(ParameterServerAlgorithm):
     """Asynchronous SGD: every gradient is one update."""
 
     Config = AsgdConfig
-
-    def __init__(self, config: AsgdConfig, ctx: AlgorithmContext):
-        super().__init__(config, ctx)
 
     def combine(self, pending: list[PendingGradient], stalenesses: list[int]) -> tuple[Any, float]:
         (gradient,), (s,) = pending, stalenesses

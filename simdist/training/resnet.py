@@ -26,7 +26,7 @@ class ResNetConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_classes: int | None = Field(
-        None, ge=1, description="Classifier outputs; default: the dataset's classes (1000 for imagenet-shape).")
+        None, ge=1, description="Classifier outputs. Default: the dataset's classes (1000 for imagenet-shape).")
     width: int = Field(64, ge=1, description="Channels of the stem; stages use 1, 2, 4, 8 times it. Default 64.")
 
 
