@@ -26,6 +26,7 @@ from .platform.presets import PLATFORMS
 from .platform.spec import PlatformSpec, Seconds
 from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
+from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
 from .yamlio import safe_load_limited
 
@@ -65,6 +66,8 @@ class WorkloadConfig(_Config):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     timing_only: bool = Field(False, description="no tensors: payload sizes from the parameter count, no accuracy")
     allow_code_import: bool = Field(False, description="allow model: 'pkg.mod:factory' (imports and runs that code)")
+    loss_curve: LossCurveConfig | None = Field(
+        None, description="timing-only runs: the training loss to report and steer by (per-epoch values or a law)")
 
 
 class StopConfig(_Config):

@@ -31,6 +31,7 @@ from .results import LinkStats, RankInfo, RunResult
 from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data import EpochSharder, ShardIterator
+from .training.loss_curve import LossCurveConfig
 from .training.replica import PhantomReplica, PhantomTensor
 from .training.workload import Workload, build_workload
 
@@ -51,12 +52,13 @@ def _profile_paths(scenario: Scenario) -> list[Path]:
     return default_profile_paths() + extra
 
 
-def _gradient_source(workload: Workload, timing_only: bool):
+def _gradient_source(workload: Workload, timing_only: bool, loss_curve: LossCurveConfig | None):
     if timing_only:
         numel = workload.param_count
 
         def phantom(rank: int, replica: Any, batch: Any):
-            return lambda: (PhantomTensor(numel), None)
+            loss = None if loss_curve is None else loss_curve.loss(batch.epoch)
+            return lambda: (PhantomTensor(numel), loss)
 
         return phantom
 
@@ -99,7 +101,8 @@ class _Run:
             stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None)
         self.recorder = Recorder()
         self.world = SimWorld(self.platform, self.compute, self.recorder,
-                              gradient_source=_gradient_source(self.workload, self.timing_only),
+                              gradient_source=_gradient_source(self.workload, self.timing_only,
+                                                               scenario.workload.loss_curve),
                               fidelity=scenario.network.collective_fidelity,
                               default_collective=scenario.network.collective,
                               network_model=scenario.network.model)
