@@ -63,6 +63,12 @@ class Registry(Generic[T]):
         except (KeyError, TypeError):
             raise InputError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
 
+    def check(self, name: str) -> str:
+        """``name`` if registered, else a ValueError listing the known names (for pydantic validators)."""
+        if name not in self._entries:
+            raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+        return name
+
     def get(self, name: str) -> T:
         return self.entry(name).factory
 

@@ -117,16 +117,12 @@ class NetworkConfig(_Config):
     def _model_known(cls, value: str) -> str:
         from .platform.network import NETWORK_MODELS
 
-        if value not in NETWORK_MODELS:
-            raise ValueError(f"unknown network model {value!r}; known: {', '.join(NETWORK_MODELS.names())}")
-        return value
+        return NETWORK_MODELS.check(value)
 
     @field_validator("collective")
     @classmethod
     def _collective_known(cls, value: str) -> str:
-        if value not in COLLECTIVES:
-            raise ValueError(f"unknown collective {value!r}; known: {', '.join(COLLECTIVES.names())}")
-        return value
+        return COLLECTIVES.check(value)
 
 
 class ComputeConfig(_Config):

@@ -72,9 +72,7 @@ class SyncConfig(AlgorithmConfig):
     @field_validator("collective")
     @classmethod
     def _collective_known(cls, value: str) -> str:
-        if value not in COLLECTIVES:
-            raise ValueError(f"unknown collective {value!r}; known: {', '.join(COLLECTIVES.names())}")
-        return value
+        return COLLECTIVES.check(value)
 
 
 @dataclass(frozen=True)

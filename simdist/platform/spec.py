@@ -41,12 +41,6 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _known(registry, value: str) -> str:
-    if value not in registry:
-        raise ValueError(f"unknown {registry.kind} {value!r}; known: {', '.join(registry.names())}")
-    return value
-
-
 class LinkSpec(_Frozen):
     """A link kind, optionally with its latency or bandwidth overridden."""
 
@@ -61,7 +55,7 @@ class LinkSpec(_Frozen):
 
     @model_validator(mode="after")
     def _kind_known(self):
-        _known(LINK_KINDS, self.kind)
+        LINK_KINDS.check(self.kind)
         return self
 
     @property
@@ -83,7 +77,7 @@ class DeviceSpec(_Frozen):
 
     @model_validator(mode="after")
     def _kind_known(self):
-        _known(DEVICE_KINDS, self.kind)
+        DEVICE_KINDS.check(self.kind)
         return self
 
 
