@@ -36,9 +36,12 @@ class AsgdConfig(ParameterServerConfig):
     name: Literal["asgd"] = "asgd"
 
 
-@ALGORITHMS.register("asgd", "asynchronous SGD: workers pull, compute and push to a parameter server that applies "
-                             "each gradient on arrival", citation="ALGORITHMS.md §2; staleness-aware step: Zhang et al.",
-                     config=AsgdConfig)
+@ALGORITHMS.register(
+    "asgd", "asynchronous SGD: workers pull, compute and push to a parameter server that applies each gradient "
+            "on arrival",
+    citation="Dean et al., Large Scale Distributed Deep Networks (Downpour SGD), NIPS 2012; staleness-aware step: "
+             "Zhang et al., Staleness-Aware Async-SGD for Distributed Deep Learning, IJCAI 2016",
+    config=AsgdConfig)
 class Asgd(ParameterServerAlgorithm):
     """Asynchronous SGD: every gradient is one update."""
 

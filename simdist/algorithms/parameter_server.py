@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from ..errors import InputError
+from ..errors import InputError, SimulationError
 from ..runtime.base import Runtime
 from ..training.replica import PhantomReplica, Replica
 from .async_math import shard_bounds, staleness
@@ -72,11 +72,14 @@ class ParameterServerConfig(AlgorithmConfig):
     servers: int = Field(1, ge=1, description="parameter servers k; parameters are split into k contiguous shards. "
                                               "Default 1 (or the length of server_ranks)")
     server_ranks: list[NonNegativeInt] | None = Field(
-        None, description="ranks the servers run on (default: the k ranks after the workers, N..N+k-1)")
+        None, description="ranks the servers run on, none of them a worker. Default: the k ranks after the "
+                          "workers, N..N+k-1")
     apply_time_per_param: float = Field(
         DEFAULT_APPLY_TIME_PER_PARAM_S, ge=0,
-        description="server seconds per parameter for each gradient it handles. Default 1e-9 (assumption)")
-    staleness_aware: bool = Field(False, description="damp a gradient of staleness s by 1/max(1, s) (Zhang et al.)")
+        description="server time per parameter of its shard for each gradient it handles, in seconds. "
+                    "Default 1e-9 (an assumption pending calibration)")
+    staleness_aware: bool = Field(
+        False, description="damp a gradient of staleness s by 1/max(1, s) (Zhang et al.). Default false")
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +100,9 @@ class ParameterServerConfig(AlgorithmConfig):
 
     def resolved_server_ranks(self, n_workers: int) -> list[int]:
         """The servers' ranks: ``server_ranks`` or N .. N+k−1."""
-        return list(self.server_ranks) if self.server_ranks is not None else list(range(n_workers, n_workers + self.servers))
+        if self.server_ranks is not None:
+            return list(self.server_ranks)
+        return list(range(n_workers, n_workers + self.servers))
 
     def check_scenario(self, scenario: Any) -> None:
         """Every server needs a rank of its own that exists and is not a worker."""
@@ -296,7 +301,8 @@ class ParameterServerAlgorithm(Algorithm):
                 self._reply(rt, server, message.src)
                 continue
             if message.tag != TAG_PUSH:
-                continue
+                raise SimulationError(f"server rank {rt.rank} got a message with tag {message.tag} from rank "
+                                      f"{message.src}; servers expect only pulls ({TAG_PULL}) and pushes ({TAG_PUSH})")
             push, src = message.payload, message.src
             if cost_s > 0:
                 yield rt.busy(cost_s, "apply")
@@ -315,7 +321,8 @@ class ParameterServerAlgorithm(Algorithm):
 
     def _no_more_gradients(self, server: ServerState) -> bool:
         """True when every worker has finished or waits for this server's next update."""
-        return all(rank in server.finished or rank in server.deferred for rank in self.ctx.workers)
+        waiting = sum(1 for rank in server.deferred if rank not in server.finished)
+        return len(server.finished) + waiting >= len(self.ctx.workers)
 
     def _apply(self, rt: Runtime, server: ServerState) -> None:
         pending, server.pending = server.pending, []
