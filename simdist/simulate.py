@@ -35,7 +35,7 @@ from .training.loss_curve import LossCurveConfig
 from .training.replica import PhantomReplica, PhantomTensor
 from .training.workload import Workload, build_workload
 
-__all__ = ["simulate", "DEFAULT_EVAL_EVERY_STEPS", "Progress"]
+__all__ = ["simulate", "Simulation", "DEFAULT_EVAL_EVERY_STEPS", "Progress"]
 
 DEFAULT_EVAL_EVERY_STEPS = 50
 
@@ -75,8 +75,12 @@ class _StopState:
     max_step: int = 0
 
 
-class _Run:
-    """The mutable state of one simulation while it runs."""
+class Simulation:
+    """One simulation of a scenario: built from it, executed once; its parts stay inspectable.
+
+    ``simulate(scenario)`` is ``Simulation(scenario).execute()``; tests that need the final
+    replicas read them from ``.algorithm`` afterwards.
+    """
 
     def __init__(self, scenario: Scenario, progress: Progress | None):
         self.scenario = scenario
@@ -113,6 +117,8 @@ class _Run:
         self.best_accuracy: float | None = None
         self._eval_pending = False
         self._last_progress_wall = 0.0
+        self._executed = False
+        self.process_ranks: list[int] = []
 
     def _make_algorithm(self):
         s = self.scenario
@@ -193,11 +199,12 @@ class _Run:
 
     # -- the run -------------------------------------------------------------------------
 
-    def run(self) -> str:
+    def _run_until_stop(self) -> str:
         env = self.world.env
         self.world.update_listeners.append(self.on_update)
         processes = {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
                      for rank, make in self.algorithm.processes().items()}
+        self.process_ranks = sorted(processes)
         worker_processes = [processes[r] for r in self.workers if r in processes]
         waits = [simpy.AllOf(env, worker_processes), self.stop_event]
         if self.scenario.stop.virtual_time is not None:
@@ -218,33 +225,42 @@ class _Run:
         return "time_limit"
 
 
+    def execute(self) -> RunResult:
+        """Run to the first stop criterion and collect the result (once)."""
+        if self._executed:
+            raise RuntimeError("a Simulation runs once; build a new one to run again")
+        self._executed = True
+        wall_start = time.perf_counter()
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(self.scenario.compute.threads)
+        try:
+            status = self._run_until_stop()
+            evals = self.recorder.evals
+            if status != "target_reached" or not evals or evals[-1]["time_s"] != self.world.env.now:
+                self.evaluate()
+        finally:
+            torch.set_num_threads(previous_threads)
+        return self._result(status, time.perf_counter() - wall_start)
+
+    def _result(self, status: str, wall_time_s: float) -> RunResult:
+        now, net, scenario = self.world.env.now, self.world.network, self.scenario
+        self.recorder.clip_spans(now)  # work in flight when the run stopped counts up to the stop only
+        net.finalize(now)
+        links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])
+                 for link in self.platform.links if net.link_bytes[link.index] > 0 or net.link_busy_s[link.index] > 0]
+        workers = set(self.workers)
+        ranks = [RankInfo(d.rank, d.node, d.kind, "worker" if d.rank in workers else "server")
+                 for d in self.platform.devices if d.rank in workers or d.rank in self.process_ranks]
+        return RunResult(
+            scenario=scenario.resolved(), platform=self.platform.describe(), seed=scenario.seed,
+            algorithm=scenario.algorithm_name, ranks=ranks, recorder=self.recorder, links=links,
+            virtual_time_s=now, wall_time_s=wall_time_s, status=status,
+            target_accuracy=scenario.stop.target_accuracy, epochs=self.algorithm.epochs_completed(),
+            timing_only=self.timing_only,
+            extra={"compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
+                   "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values())})
+
+
 def simulate(scenario: Scenario, *, progress: Progress | None = None) -> RunResult:
     """Simulate ``scenario``; deterministic for a given scenario and seed."""
-    wall_start = time.perf_counter()
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(scenario.compute.threads)
-    try:
-        run = _Run(scenario, progress)
-        status = run.run()
-        if status != "target_reached" or not run.recorder.evals or run.recorder.evals[-1]["time_s"] != run.world.env.now:
-            run.evaluate()
-    finally:
-        torch.set_num_threads(previous_threads)
-    now = run.world.env.now
-    run.recorder.clip_spans(now)  # work in flight when the run stopped counts up to the stop only
-    run.world.network.finalize(now)
-    net = run.world.network
-    links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])
-             for link in run.platform.links if net.link_bytes[link.index] > 0 or net.link_busy_s[link.index] > 0]
-    ranks = [RankInfo(d.rank, d.node, d.kind, "worker" if d.rank in run.workers else "idle")
-             for d in run.platform.devices if d.rank in run.workers or d.rank in run.algorithm.processes()]
-    server_ranks = set(run.algorithm.processes()) - set(run.workers)
-    ranks = [RankInfo(r.rank, r.node, r.device, "server" if r.rank in server_ranks else r.role) for r in ranks]
-    return RunResult(
-        scenario=scenario.resolved(), platform=run.platform.describe(), seed=scenario.seed,
-        algorithm=scenario.algorithm_name, ranks=ranks, recorder=run.recorder, links=links,
-        virtual_time_s=now, wall_time_s=time.perf_counter() - wall_start, status=status,
-        target_accuracy=scenario.stop.target_accuracy, epochs=run.algorithm.epochs_completed(),
-        timing_only=run.timing_only,
-        extra={"compute_profiles": run.compute.describe(), "param_count": run.workload.param_count,
-               "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values())})
+    return Simulation(scenario, progress).execute()

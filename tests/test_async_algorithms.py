@@ -19,12 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from simdist.algorithms import ALGORITHMS, AlgorithmContext
 from simdist.errors import InputError
-from simdist.platform.compute import ComputeModel, load_profiles
-from simdist.platform.topology import Platform
-from simdist.recorder import Recorder
-from simdist.runtime.sim import SimWorld
+from helpers import run_by_hand
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 from simdist.training.data import EpochSharder, ShardIterator
@@ -56,46 +52,6 @@ def scenario(name="asgd", *, workers=4, devices=None, batch=BATCH, epochs=EPOCHS
         "compute": {"profiles": [PROFILE]},
     }
     return scenario_from_dict(data)
-
-
-class RecordingIterator(ShardIterator):
-    """A worker's data iterator that keeps every batch it hands out."""
-
-    def __init__(self, sharder, worker, max_epochs, log):
-        super().__init__(sharder, worker, max_epochs)
-        self.log = log
-
-    def next_batch(self, batch_size):
-        batch = super().next_batch(batch_size)
-        if batch is not None:
-            self.log.append(batch)
-        return batch
-
-
-def run_by_hand(s):
-    """The scenario's algorithm wired to a SimWorld as simulate wires it: (algorithm, world, batches)."""
-    platform = Platform(s.platform)
-    w = s.workload
-    workload = build_workload(w.model.name, w.model.options, w.dataset.name, w.dataset.options, w.optimizer, s.seed)
-    compute = ComputeModel(platform, load_profiles(s.compute.profiles), model=workload.model_name,
-                           forward_flops_per_sample=workload.forward_flops_per_sample, parameter_layers=2, seed=s.seed)
-
-    def gradients(rank, replica, batch):
-        x, y = workload.batch_tensors(batch)
-        return workload.pending.submit(replica.params, x, y).result
-
-    world = SimWorld(platform, compute, Recorder(), gradient_source=gradients)
-    sharder = EpochSharder(workload.dataset.train_size, s.worker_count, s.seed)
-    batches = []
-    ctx = AlgorithmContext(
-        workers=list(range(s.worker_count)), node_of=platform.node_of, workload=workload,
-        batch_size=w.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=False,
-        make_data=lambda i: RecordingIterator(sharder, i, s.stop.epochs, batches),
-        make_replica=lambda: workload.new_replica())
-    algorithm = ALGORITHMS.entry(s.algorithm_name).factory(s.algorithm_config(), ctx)
-    procs = {rank: world.spawn(rank, make(world.runtime(rank))) for rank, make in algorithm.processes().items()}
-    world.env.run(until=world.env.all_of([procs[r] for r in ctx.workers]))
-    return algorithm, world, batches
 
 
 def sequential_sgd(s):
