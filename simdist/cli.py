@@ -1,6 +1,7 @@
 """The ``simdist`` command line.
 
     simdist run SCENARIO [--out DIR] [--set key=value]... [--timing-only] [--overwrite]
+    simdist compare SCENARIO [--out DIR] [--set key=value]... [--only LABEL]... [--overwrite]
     simdist plot RESULT_DIR [--out DIR]
     simdist list algorithms|platforms|models|datasets|collectives|links|devices|network-models
     simdist schema
@@ -61,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an existing result directory")
     run.add_argument("--no-plots", action="store_true", help="skip the plots/ folder")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stdout")
+
+    compare = sub.add_parser("compare", help="run a scenario's 'compare' variants and overlay their results")
+    compare.add_argument("scenario", help="scenario YAML file with a 'compare' list")
+    compare.add_argument("--out", help="folder for the variants' results (default: results/<scenario name>)")
+    compare.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a field of every variant (repeatable)")
+    compare.add_argument("--only", action="append", default=[], metavar="LABEL", help="run only these variants")
+    compare.add_argument("--overwrite", action="store_true", help="replace existing result directories")
+    compare.add_argument("--no-plots", action="store_true", help="skip all figures")
+    compare.add_argument("--quiet", action="store_true", help="no progress and no table on stdout")
 
     plot = sub.add_parser("plot", help="(re)draw the plots of a result directory from its tables")
     plot.add_argument("result", help="a result directory written by simdist run")
@@ -128,6 +139,38 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_compare(args) -> int:
+    from .compare import run_comparison
+    from .scenario import read_scenario_file
+
+    name = read_scenario_file(args.scenario).get("name", Path(args.scenario).stem)
+    out = Path(args.out) if args.out else Path("results") / str(name)
+    bars: list[_LazyProgress] = []
+
+    def progress(label: str):
+        bar = _LazyProgress(label, not args.quiet and sys.stderr.isatty())
+        bars.append(bar)
+        return bar
+
+    def announce(label: str) -> None:
+        bars[-1].close() if bars else None
+        if not args.quiet:
+            print(f"  {label}: done", flush=True)
+
+    run_comparison(args.scenario, out, overrides=args.overrides, only=args.only or None, overwrite=args.overwrite,
+                   plots=not args.no_plots, progress=progress, announce=announce)
+    if not args.quiet:
+        import pandas as pd
+
+        table = pd.read_csv(out / "compare.csv")
+        cols = [c for c in ("label", "algorithm", "workers", "status", "virtual_time_s", "steps",
+                            "final_test_accuracy", "time_to_accuracy_s", "mean_staleness", "p95_staleness")
+                if c in table]
+        print(f"wrote {out}/compare.csv")
+        print(table[cols].to_string(index=False))
+    return 0
+
+
 def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -160,7 +203,7 @@ def _cmd_schema(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "plot": _cmd_plot, "list": _cmd_list, "schema": _cmd_schema}
+    handlers = {"run": _cmd_run, "compare": _cmd_compare, "plot": _cmd_plot, "list": _cmd_list, "schema": _cmd_schema}
     try:
         return handlers[args.command](args)
     except InputError as exc:

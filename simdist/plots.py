@@ -46,6 +46,7 @@ __all__ = [
     "plot_tables",
     "overlay_accuracy",
     "overlay_staleness",
+    "plot_comparison",
 ]
 
 FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "batch_size_vs_time", "timeline")
@@ -83,18 +84,19 @@ def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[P
     return written
 
 
-def overlay_accuracy(loaded_list: Sequence[LoadedResult], ax: Axes | None = None) -> Axes:
-    """Mean test accuracy against virtual time of several runs on one axes, one line per run."""
+def overlay_accuracy(loaded_list: Sequence[LoadedResult], ax: Axes | None = None, *, x: str = "time_s") -> Axes:
+    """Mean test accuracy of several runs on one axes, one line per run, against virtual time
+    (``x="time_s"``) or global steps (``x="step"``: equal steps compare the math, not the speed)."""
     ax = ax if ax is not None else _new_axes()
     for loaded, label in zip(loaded_list, _run_labels(loaded_list)):
-        evals = _numeric(loaded.evals, "time_s", "test_accuracy").dropna()
+        evals = _numeric(loaded.evals, x, "test_accuracy").dropna()
         if evals.empty:
             continue
-        mean = evals.groupby("time_s")["test_accuracy"].mean()
+        mean = evals.groupby(x)["test_accuracy"].mean()
         ax.plot(mean.index, mean.to_numpy(), marker="o", markersize=3, label=label)
-    ax.set_xlabel(_TIME_LABEL)
+    ax.set_xlabel(_TIME_LABEL if x == "time_s" else "global step (model updates)")
     ax.set_ylabel("test accuracy (fraction)")
-    ax.set_title("Test accuracy vs virtual time")
+    ax.set_title("Test accuracy vs " + ("virtual time" if x == "time_s" else "steps"))
     _legend(ax)
     return ax
 
@@ -115,6 +117,25 @@ def overlay_staleness(loaded_list: Sequence[LoadedResult], ax: Axes | None = Non
     ax.set_title("Staleness distribution")
     _legend(ax)
     return ax
+
+
+def plot_comparison(loaded_list: Sequence[LoadedResult], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Overlays of several runs (accuracy vs time and vs steps, staleness) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    drawers = (("compare_accuracy_vs_time", lambda ax: overlay_accuracy(loaded_list, ax, x="time_s")),
+               ("compare_accuracy_vs_step", lambda ax: overlay_accuracy(loaded_list, ax, x="step")),
+               ("compare_staleness", lambda ax: overlay_staleness(loaded_list, ax)))
+    has_evals = any(len(r.evals) for r in loaded_list)
+    has_steps = any(len(r.steps) for r in loaded_list)
+    for name, draw in drawers:
+        if (name.startswith("compare_accuracy") and not has_evals) or (name == "compare_staleness" and not has_steps):
+            continue
+        fig, ax = _new_figure()
+        draw(ax)
+        written += _save(fig, out / name)
+    return written
 
 
 # --------------------------------------------------------------------------- one figure each

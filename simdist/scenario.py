@@ -30,7 +30,7 @@ from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
 from .yamlio import safe_load_limited
 
-__all__ = ["Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
+__all__ = ["ComparePoint", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
            "OutputConfig", "load_scenario", "scenario_from_dict", "apply_overrides", "format_validation_error",
            "MAX_SCENARIO_BYTES", "scenario_json_schema"]
 
@@ -144,6 +144,13 @@ class OutputConfig(_Config):
     trace: bool = True
 
 
+class ComparePoint(_Config):
+    """One variant of a comparison: a label and the fields it changes (dotted paths or subtrees)."""
+
+    label: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$", description="names the variant's result folder")
+    set: dict[str, Any] = Field(default_factory=dict, description="{dotted.key: value}; a mapping value replaces the subtree")
+
+
 class Scenario(_Config):
     """A complete, validated scenario."""
 
@@ -159,6 +166,8 @@ class Scenario(_Config):
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     outputs: OutputConfig = Field(default_factory=OutputConfig)
+    compare: list[ComparePoint] = Field(default_factory=list,
+                                        description="variants run side by side by 'simdist compare' (labels unique)")
     source: str | None = Field(None, description="the file this scenario was read from (set by the loader)")
 
     @property
@@ -248,18 +257,23 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             raise InputError(f"cannot parse value {raw!r}", source="--set", field=key) from None
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if isinstance(child, str) and part == "platform":
-                child = {"preset": child}
-            if not isinstance(child, dict):
-                child = {}
-            node[part] = child
-            node = child
-        node[parts[-1]] = value
+        set_dotted(data, key, value)
     return data
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``data[a][b][c] = value`` for key ``a.b.c``, creating mappings on the way."""
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if isinstance(child, str) and part in ("platform", "algorithm"):
+            child = {"preset": child} if part == "platform" else {"name": child}
+        if not isinstance(child, dict):
+            child = {}
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -327,6 +341,11 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
     except ValidationError as exc:
         raise format_validation_error(exc, source=source, prefix="algorithm") from None
     _check_cross_fields(scenario, config, source)
+    labels = [p.label for p in scenario.compare]
+    if len(set(labels)) != len(labels):
+        duplicate = next(label for label in labels if labels.count(label) > 1)
+        raise InputError(f"label {duplicate!r} is used twice; labels name result folders and must be unique",
+                         source=source, field="compare")
     return scenario.model_copy(update={"algorithm": config.model_dump(mode="json")})
 
 
@@ -352,10 +371,15 @@ def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> 
             raise exc.at(source=source) from None
 
 
+def read_scenario_file(path: str | Path) -> dict[str, Any]:
+    """The raw mapping of a scenario file (size-limited, safe YAML), before any validation."""
+    return _read_yaml_mapping(Path(path), "scenario")
+
+
 def load_scenario(path: str | Path, overrides: list[str] | None = None, *, timing_only: bool | None = None) -> Scenario:
     """Read, override, resolve and validate the scenario file at ``path``."""
     path = Path(path)
-    data = _read_yaml_mapping(path, "scenario")
+    data = read_scenario_file(path)
     overrides = list(overrides or [])
     if timing_only:
         overrides.append("workload.timing_only=true")
