@@ -41,3 +41,9 @@ _add(DeviceKind("a100", "a100", 312e12, True,
 _add(DeviceKind("h100", "h100", 989e12, True,
                 "hardware_reference.csv: gpu_compute 'H100 SXM dense tf32 / bf16 / fp16 / fp8' = 989 TFLOPS bf16 dense"),
      "NVIDIA H100 SXM (bf16 tensor cores)")
+_add(DeviceKind("xc-skylake", "xc-skylake", 2 * 20 * 2.4e9 * 64, False,
+                "calibration/profiles/xc-skylake-published.yaml (published ResNet-50 training throughput of a "
+                "2 x 20-core Xeon Gold 6148 node, PaddlePaddle benchmark/IntelOptimizedPaddle.md); peak: 2 sockets x "
+                "20 cores x 2.40 GHz (same file) x 64 fp32 FLOP/cycle (two AVX-512 FMA units on Gold 6000 parts: "
+                "Intel community forum 'Calculate the Max Flops on Skylake', 32 DP FLOP/cycle) at the nominal clock"),
+     "a whole dual-socket Skylake CPU node of a Cray XC50-class system as one rank (keep cpus at 1)")

@@ -70,3 +70,10 @@ _add("ethernet-tcp", 19.17e-6, 6.24e9, "MPI over TCP on cloud Ethernet (Google C
 def link_kind(name: str) -> LinkKind:
     """The defaults of link kind ``name`` (InputError listing the known kinds on a typo)."""
     return LINK_KINDS.get(name)
+
+
+# Cray XC (appended): the Aries NIC for dragonfly-class CPU clusters
+_add("aries", 3.7e-6, 8e9, "Cray XC Aries (dragonfly) NIC: ~8 GB/s MPI bandwidth per node and direction",
+     "NERSC, Cori configuration (www.nersc.gov/users/computational-systems/cori/configuration/): 'Cray Aries "
+     "high-speed interconnect with Dragonfly topology as on Edison (0.25 us to 3.7 us MPI latency, ~8GB/sec MPI "
+     "bandwidth)'; latency: the upper end of that range (farthest node pairs), a conservative choice")
