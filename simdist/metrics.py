@@ -21,8 +21,9 @@ Definitions of the summary figures (:data:`SUMMARY_KEYS`, ``None`` where not app
     ``samples / virtual_time_s``.
 ``mean_iteration_s``
     for each worker that produced updates, the mean interval between its consecutive
-    update rows, the first interval measured from t = 0 (so it equals the worker's last
-    update time divided by its number of updates); then the mean over those workers.
+    update rows of its own computed gradients (``batch_size > 0``: rows of gradients it only
+    received, as in nnt, do not count), the first interval measured from t = 0 (so it equals
+    the worker's last such update time divided by their number); then the mean over workers.
 ``final_test_accuracy``
     mean test accuracy over the workers evaluated at the last evaluation time.
 ``best_test_accuracy``
@@ -33,7 +34,8 @@ Definitions of the summary figures (:data:`SUMMARY_KEYS`, ``None`` where not app
     ``time_s`` of the first evaluation whose ``test_accuracy >= target_accuracy``;
     ``None`` if the target is never met or there is no target.
 ``mean_staleness``, ``p95_staleness``, ``max_staleness``
-    over the update rows; the 95th percentile by :func:`numpy.percentile` (linear).
+    over the update rows that define a staleness (empty cells are skipped); the 95th
+    percentile by :func:`numpy.percentile` (linear).
 ``compute_fraction``
     total duration of blocking ``compute`` spans of worker ranks divided by
     ``workers × virtual_time_s``.
@@ -287,9 +289,10 @@ def summarize(result: RunResult) -> dict[str, Any]:
 
 
 def _mean_iteration_s(updates: pd.DataFrame) -> float | None:
-    if updates.empty:
+    own = updates[pd.to_numeric(updates["batch_size"], errors="coerce") > 0]
+    if own.empty:
         return None
-    per_worker = updates.groupby("worker")["time_s"].agg(["max", "size"])
+    per_worker = own.groupby("worker")["time_s"].agg(["max", "size"])
     # mean of consecutive intervals starting at t = 0 telescopes to last time / count
     return float((per_worker["max"] / per_worker["size"]).mean())
 

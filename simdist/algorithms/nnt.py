@@ -29,7 +29,7 @@ in arrival order, its state kept across syncs), ``update_time_per_param`` (secon
 parameter charged for every applied gradient, own and neighbours'; default 0: compute
 profiles include the own step, and a neighbour's step is one axpy over the parameters).
 
-Records: one ``update`` row per applied gradient. A worker's own gradient: staleness 0,
+Records: one ``update`` row per applied gradient. A worker's own gradient: no staleness (empty),
 ``batch_size`` the samples it consumed, ``source: own``. A neighbour's gradient
 (``source: neighbour``): ``step`` and ``version`` are the receiver's local step; staleness is
 the receiver's local-step lag between the sender computing it and the receiver applying it,
@@ -38,8 +38,8 @@ i.e. how many of the receiver's own steps so far have gradients computed after t
 after the receiver's next step; 0 if the receiver has not stepped since); ``age_s`` is the
 seconds from the end of the sender's compute to the application; ``sender``, ``sender_step`` and ``sender_batch_size`` say where it came from; and
 ``batch_size`` is 0, because those samples are counted in the sender's own row (so samples
-and throughput are not counted three or five times). The summary's staleness figures mix
-both kinds of row; filter on ``source`` for the neighbours' alone. In lock-step, information
+and throughput are not counted three or five times). The summary's staleness figures are
+therefore those of the neighbours' gradients alone. In lock-step, information
 spreads one hop per two local steps. Epoch syncs are ``nnt_sync`` events.
 """
 
@@ -163,7 +163,7 @@ class Nnt(Algorithm):
             yield rt.busy(self.update_s, "nnt update")
             state.step += 1
             state.computed_s.append(result.end_s)
-            rt.record("update", worker=rt.rank, step=state.step, version=state.step, staleness=0,
+            rt.record("update", worker=rt.rank, step=state.step, version=state.step, staleness=None,
                       batch_size=batch.size, loss=result.loss, source="own", sender=rt.rank, sender_step=state.step,
                       sender_batch_size=batch.size, age_s=rt.now() - result.end_s)
             yield from self._apply_waiting(rt, replica, state)
