@@ -132,7 +132,8 @@ class Simulation:
         ctx = AlgorithmContext(
             workers=self.workers, node_of=self.platform.node_of, workload=self.workload,
             batch_size=s.workload.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=self.timing_only,
-            make_data=lambda i: ShardIterator(self.sharder, i, s.stop.epochs), make_replica=make_replica)
+            make_data=lambda i: ShardIterator(self.sharder, i, s.stop.epochs), make_replica=make_replica,
+            eval_max_samples=s.evaluation.max_samples)
         entry = ALGORITHMS.entry(s.algorithm_name)
         return entry.factory(s.algorithm_config(), ctx)
 

@@ -47,6 +47,7 @@ class AlgorithmContext:
     timing_only: bool
     make_data: Callable[[int], Any]  # worker index -> ShardIterator
     make_replica: Callable[[], Any]  # a fresh replica at the initial weights
+    eval_max_samples: int | None = None  # test samples an algorithm's own evaluations may use (None: all)
 
     @property
     def n_workers(self) -> int:

@@ -201,7 +201,9 @@ class Nnt(Algorithm):
     def _epoch_sync(self, rt: Runtime, replica: Any, group: Any, state: _WorkerState, epoch: int):
         """Evaluate every replica (no virtual time), share the accuracies, restart from the best."""
         yield from self._drain(rt, replica, group, state)
-        accuracy = None if self.ctx.timing_only else self.ctx.workload.test_metrics(replica.params)[1]
+        ctx = self.ctx
+        accuracy = None if ctx.timing_only else ctx.workload.test_metrics(replica.params,
+                                                                          max_samples=ctx.eval_max_samples)[1]
         accuracies = yield rt.allgather(group, math.nan if accuracy is None else float(accuracy))
         best = best_worker(list(accuracies))
         best_rank = self.ctx.workers[best]
