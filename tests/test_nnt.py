@@ -245,7 +245,7 @@ def test_information_from_worker_zero_travels_hop_by_hop(topology, n):
                            parameter_layers=1, seed=0)
     world = SimWorld(platform, compute, Recorder(), gradient_source=taint_gradients)
     optimizer = make_optimizer(OptimizerConfig(lr=1.0))
-    workload = SimpleNamespace(optimizer_config=optimizer.config, param_count=n, test_metrics=lambda p: (0.0, 0.5))
+    workload = SimpleNamespace(optimizer_config=optimizer.config, param_count=n, test_metrics=lambda p, max_samples=None: (0.0, 0.5))
     sharder = EpochSharder(n * steps, n, seed=0)
     ctx = AlgorithmContext(workers=list(range(n)), node_of=platform.node_of, workload=workload, batch_size=1, seed=0,
                            max_epochs=1, timing_only=False, make_data=lambda i: ShardIterator(sharder, i, 1),
