@@ -208,23 +208,34 @@ def _layer_flops(layer: nn.Module, output: torch.Tensor) -> float:
 
 
 def _count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> dict[int, float]:
-    """Forward FLOPs per weight tensor (keyed by ``id``), from hooks on one dummy sample."""
-    flops: dict[int, float] = {}
+    """Forward FLOPs per weight tensor (keyed by ``id``), from hooks on one dummy sample.
+
+    The sample runs on the ``meta`` device (shapes only, no arithmetic), so ImageNet-sized
+    models cost nothing to describe; modules whose operations have no meta kernel fall back
+    to a real forward pass on the CPU.
+    """
+    by_layer: dict[int, float] = {}
+    layers = [m for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
 
     def hook(layer: nn.Module, _inputs: object, output: torch.Tensor) -> None:
-        flops[id(layer.weight)] = flops.get(id(layer.weight), 0.0) + _layer_flops(layer, output)
+        by_layer[id(layer)] = by_layer.get(id(layer), 0.0) + _layer_flops(layer, output)
 
-    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    handles = [m.register_forward_hook(hook) for m in layers]
     was_training = module.training
     try:
         module.eval()
         with torch.no_grad():
-            module(torch.zeros((1, *input_shape)))
+            try:
+                state = {name: t.to("meta") for name, t in [*module.named_parameters(), *module.named_buffers()]}
+                torch.func.functional_call(module, state, (torch.zeros((1, *input_shape), device="meta"),))
+            except (NotImplementedError, RuntimeError):
+                by_layer.clear()
+                module(torch.zeros((1, *input_shape)))
     finally:
         module.train(was_training)
         for handle in handles:
             handle.remove()
-    return flops
+    return {id(layer.weight): by_layer.get(id(layer), 0.0) for layer in layers}
 
 
 def model_info(module: nn.Module, input_shape: tuple[int, ...]) -> ModelInfo:
