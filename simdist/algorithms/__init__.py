@@ -4,3 +4,4 @@ from .base import ALGORITHMS, Algorithm, AlgorithmConfig, AlgorithmContext
 from . import sync, asgd, nsoftsync, dbs, dcs3gd, nnt  # noqa: F401  (each registers itself)
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmConfig", "AlgorithmContext"]
+from . import daso  # noqa: F401
