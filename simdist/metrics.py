@@ -50,6 +50,8 @@ integer figures stay integers; NaN and infinities become ``None``.
 
 from __future__ import annotations
 
+import json
+
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -236,6 +238,20 @@ def workers_table(result: RunResult) -> pd.DataFrame:
         },
         columns=list(WORKERS_COLUMNS),
     )
+
+
+def events_table(result: RunResult) -> pd.DataFrame:
+    """Free-form ``rt.record(kind, ...)`` events (phase changes, global syncs, λ ...): ``time_s, rank,
+    kind`` then every field any event has, sorted by name (empty where an event lacks it)."""
+    rows = result.recorder.events
+    extra = sorted({key for row in rows for key in row} - {"time_s", "rank", "kind"})
+    return pd.DataFrame([{k: metrics_value(row.get(k)) for k in ("time_s", "rank", "kind", *extra)} for row in rows],
+                        columns=["time_s", "rank", "kind", *extra])
+
+
+def metrics_value(value: Any) -> Any:
+    """A value as a table cell: containers as JSON text, everything else as is."""
+    return json.dumps(jsonable(value), sort_keys=True) if isinstance(value, (dict, list, tuple)) else value
 
 
 def links_table(result: RunResult) -> pd.DataFrame:

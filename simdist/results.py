@@ -109,7 +109,8 @@ SUMMARY = "summary.json"
 TRACE = "trace.json"
 PLOTS_DIR = "plots"
 _TABLES = ("steps.csv", "evals.csv", "workers.csv", "links.csv")
-RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, TRACE)  # plus plots/
+EVENTS = "events.csv"  # free-form events; optional when reading (older directories lack it)
+RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, EVENTS, TRACE)  # plus plots/
 _PACKAGES = ("torch", "numpy", "pandas", "simpy", "pydantic")
 _FLOAT_FORMAT = "%.12g"
 
@@ -230,6 +231,7 @@ def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
         "evals.csv": metrics.evals_table(result),
         "workers.csv": metrics.workers_table(result),
         "links.csv": metrics.links_table(result),
+        EVENTS: metrics.events_table(result),
     }
     for name, table in tables.items():
         table.to_csv(directory / name, index=False, float_format=_FLOAT_FORMAT)

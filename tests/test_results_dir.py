@@ -32,6 +32,8 @@ def test_writes_every_file_of_the_contract(tmp_path):
                                                               "samples", "steps"]
     assert list(pd.read_csv(out / "links.csv").columns) == ["link", "kind", "bytes", "busy_s"]
     assert list(pd.read_csv(out / "evals.csv").columns) == ["time_s", "step", "worker", "test_loss", "test_accuracy"]
+    events = pd.read_csv(out / "events.csv")
+    assert list(events.columns) == ["time_s", "rank", "kind", "phase"] and list(events["phase"]) == ["warmup"]
     assert _leftovers(tmp_path) == []
 
 
