@@ -3,6 +3,7 @@
     simdist run SCENARIO [--out DIR] [--set key=value]... [--timing-only] [--overwrite]
     simdist compare SCENARIO [--out DIR] [--set key=value]... [--only LABEL]... [--overwrite]
     simdist plot RESULT_DIR [--out DIR]
+    simdist calibrate compute|network|trace|cpu-share ...
     simdist list algorithms|platforms|models|datasets|collectives|links|devices|network-models
     simdist schema
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -81,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     lister.add_argument("kind", choices=LIST_KINDS)
 
     sub.add_parser("schema", help="print the JSON Schema of scenario files")
+
+    from .calibrate.cli import add_calibrate_parser
+
+    add_calibrate_parser(sub)
     return parser
 
 
@@ -205,10 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "compare": _cmd_compare, "plot": _cmd_plot, "list": _cmd_list, "schema": _cmd_schema}
     try:
-        return handlers[args.command](args)
+        return args.func(args) if args.command == "calibrate" else handlers[args.command](args)
     except InputError as exc:
         print(f"simdist: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except BrokenPipeError:  # stdout closed early (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("simdist: interrupted; nothing was written for the unfinished run", file=sys.stderr)
         return 130

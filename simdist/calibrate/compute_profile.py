@@ -2,23 +2,44 @@
 
 The simulator charges each forward/backward/optimizer step ``t0_s + t1_s * batch`` seconds
 of virtual time (ARCHITECTURE.md, "Compute model"). This module times the real step of a
-:class:`~simdist.training.workload.Workload` at several batch sizes (median of repeats,
-after warm-up, with a fixed number of torch threads), fits the line by least squares and
-reports how well it fits (r2, residual per batch size).
+:class:`~simdist.training.workload.Workload` at several batch sizes and fits the line
+(:class:`~simdist.calibrate.fitting.LinearTimeFit`, relative least squares: every batch
+size counts by its error in percent), reporting R² and the residual per batch size.
 
-Run ``python -m simdist.calibrate.compute_profile --out calibration/profiles/host-cpu.yaml``
-to measure the zoo's ``mlp`` and ``cnn`` on the digits dataset and write the profile file.
+Devices:
+
+* ``cpu`` — the step the simulator's ``measured`` mode runs (the workload's gradient
+  evaluator + its optimizer on the flat parameter vector), with a fixed number of torch
+  threads, timed with ``time.perf_counter``;
+* ``cuda`` — the same arithmetic on the GPU (module forward, autograd, the flat-vector
+  optimizer step), timed with ``torch.cuda.Event`` pairs read after ``torch.cuda.synchronize``
+  (kernels are asynchronous; host clocks would time the launches).
+
+Timing: every size is warmed up first; then ``rounds`` rounds visit every size in turn (a
+short re-warm, then ``repeats / rounds`` timed steps), so a slow spell of the machine hits
+all sizes alike. The median of a size's samples is kept (and fitted, unless ``statistic``
+says ``p25`` or ``min``), with its interquartile range as the spread. By default glibc is
+kept from returning the step's buffers to the OS between steps (:func:`steady_allocator`):
+otherwise every step page-faults them in again and times turn bimodal.
+
+``simdist calibrate compute --out calibration/profiles/host-cpu.yaml`` (or ``python -m
+simdist.calibrate.compute_profile --out ...``) measures the zoo's ``mlp`` and ``cnn`` on the
+digits dataset and writes the profile with the device description, library versions, date
+and provenance.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
+import copy
+import hashlib
+import json
+import math
 import os
 import platform
+import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -26,18 +47,28 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import yaml
+import torch.nn.functional as F
 
 from ..seeding import numpy_stream
 from ..training.optim import OptimizerConfig
+from ..training.replica import Replica
 from ..training.workload import Workload, build_workload
+from .fitting import LinearTimeFit
+from .provenance import command_line, library_versions, make_provenance, write_yaml
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",
+    "ZOO",
+    "STATISTICS",
     "fit_linear",
+    "resolve_device",
+    "steady_allocator",
+    "cpu_model_name",
+    "cpu_training_step",
     "time_step",
     "measure_profile",
     "measure_zoo",
+    "profile_key",
     "profile_document",
     "write_profile",
     "main",
@@ -45,19 +76,27 @@ __all__ = [
 
 DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 400, 512)
 ZOO = MappingProxyType({"mlp": ("digits", {}), "cnn": ("digits", {})})  # model → (dataset, model options)
+_LOSSES = MappingProxyType({"cross_entropy": F.cross_entropy})
 
 
-def fit_linear(batch_sizes: Sequence[float], times_s: Sequence[float]) -> dict:
-    """Least-squares ``t = t0 + t1 * batch``: ``t0_s``, ``t1_s``, ``r2`` and ``residuals_s``."""
-    b = np.asarray(batch_sizes, dtype=float)
-    t = np.asarray(times_s, dtype=float)
-    if len(b) < 2 or np.ptp(b) == 0:
+def fit_linear(batch_sizes: Sequence[float], times_s: Sequence[float], weighting: str = "relative") -> dict:
+    """``t = t0 + t1 * batch``: ``t0_s``, ``t1_s``, ``r2``, ``residuals_s`` (see :class:`LinearTimeFit`)."""
+    if len(batch_sizes) < 2 or np.ptp(np.asarray(batch_sizes, dtype=float)) == 0:
         raise ValueError("fitting t0 + t1*batch needs at least two different batch sizes")
-    t1, t0 = np.polyfit(b, t, 1)
-    residuals = t - (t0 + t1 * b)
-    total = float(np.sum((t - t.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(residuals**2)) / total if total > 0 else 1.0
-    return {"t0_s": float(t0), "t1_s": float(t1), "r2": r2, "residuals_s": [float(r) for r in residuals]}
+    fit = LinearTimeFit(weighting).fit(batch_sizes, times_s)
+    return {"t0_s": fit.t0_s_, "t1_s": fit.t1_s_, "r2": fit.r2_, "residuals_s": [float(r) for r in fit.residuals_s_],
+            "max_relative_error": float(np.max(np.abs(fit.relative_errors_)))}
+
+
+def resolve_device(device: str) -> str:
+    """``"cpu"`` or ``"cuda"`` (``"auto"``: CUDA when torch sees a GPU); ValueError on anything else."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False on this machine")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu, cuda or auto, got {device!r}")
+    return device
 
 
 def _batch(workload: Workload, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,77 +107,173 @@ def _batch(workload: Workload, batch_size: int) -> tuple[torch.Tensor, torch.Ten
     return workload.dataset.train_x[index], workload.dataset.train_y[index]
 
 
-def _stepper(workload: Workload, batch_size: int) -> Callable[[], float]:
-    """A function doing one forward + backward + optimizer step at ``batch_size``; returns its wall seconds."""
+def steady_allocator() -> bool:
+    """Stop glibc from handing large buffers back to the OS between steps; True if applied.
+
+    By default glibc serves big allocations with fresh ``mmap``s and trims the heap top on
+    free, so every step page-faults its activation buffers in again (hundreds of faults per
+    cnn step at batch 512 here) and step times turn bimodal with the allocator's state.
+    Raising ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (as jemalloc/tcmalloc setups do in
+    effect) keeps the buffers mapped: steady-state times, reproducible. Process-wide; other
+    C libraries are left alone (False).
+    """
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 1 << 30)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
+def _place(obj, device: str):
+    """``obj`` (tensor or module) moved to ``device`` (one place to stub out in tests without a GPU)."""
+    return obj.to(device)
+
+
+# -- one step ---------------------------------------------------------------------------
+
+def cpu_training_step(workload: Workload, batch_size: int) -> Callable[[], None]:
+    """Forward + backward + optimizer step, exactly as the simulator's measured mode runs it."""
     x, y = _batch(workload, batch_size)
     replica = workload.new_replica()
 
-    def step() -> float:
-        start = time.perf_counter()
+    def step() -> None:
         grad, _loss = workload.evaluator.gradient(replica.params, x, y)
         replica.apply_gradient(grad)
-        return time.perf_counter() - start
 
     return step
 
 
-def _median_time(step: Callable[[], float], repeats: int, warmup: int) -> float:
+def _cuda_step(workload: Workload, batch_size: int, device: str = "cuda") -> Callable[[], None]:
+    """The same arithmetic on the GPU: module forward, autograd, flat-vector optimizer step."""
+    x, y = (_place(t, device) for t in _batch(workload, batch_size))
+    module = _place(copy.deepcopy(workload.module), device).train()
+    params = list(module.parameters())
+    replica = Replica(_place(workload.initial_params(), device), workload.optimizer)
+    loss_fn = _LOSSES[workload.evaluator.loss_name]
+
+    def step() -> None:
+        loss = loss_fn(module(x), y)
+        grads = torch.autograd.grad(loss, params)
+        replica.apply_gradient(torch.cat([g.reshape(-1) for g in grads]))
+        torch.nn.utils.vector_to_parameters(replica.params, params)
+
+    return step
+
+
+# -- timers ----------------------------------------------------------------------------
+
+def _cpu_times(step: Callable[[], None], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def _cuda_times(step: Callable[[], None], n: int) -> list[float]:
+    """Seconds of ``n`` steps from CUDA events, read once the device has finished them."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    torch.cuda.synchronize()
+    for start, end in zip(starts, ends):
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) / 1e3 for start, end in zip(starts, ends)]  # elapsed_time is in ms
+
+
+_TIMERS = MappingProxyType({"cpu": ("perf_counter", _cpu_times), "cuda": ("cuda-events", _cuda_times)})
+
+
+def _stepper(workload: Workload, batch_size: int, device: str) -> Callable[[], None]:
+    return cpu_training_step(workload, batch_size) if device == "cpu" else _cuda_step(workload, batch_size, device)
+
+
+def time_step(workload: Workload, batch_size: int, repeats: int = 30, warmup: int = 5, device: str = "cpu") -> float:
+    """Median seconds of one forward + backward + optimizer step at ``batch_size``."""
+    step, timer = _stepper(workload, batch_size, device), _TIMERS[device][1]
     for _ in range(warmup):
         step()
-    return statistics.median(step() for _ in range(repeats))
+    return statistics.median(timer(step, repeats))
 
 
-def time_step(workload: Workload, batch_size: int, repeats: int = 30, warmup: int = 5) -> float:
-    """Median wall seconds of one forward + backward + optimizer step at ``batch_size``."""
-    return _median_time(_stepper(workload, batch_size), repeats, warmup)
+STATISTICS = MappingProxyType({"median": 50, "p25": 25, "min": 0})
 
 
-def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int = 30, warmup: int = 5,
-                    threads: int = 1) -> dict:
-    """Time ``workload``'s step at each batch size with ``threads`` torch threads and fit the line.
+def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int = 100, warmup: int = 5,
+                    threads: int = 1, device: str = "cpu", rounds: int = 10, statistic: str = "median") -> dict:
+    """Time ``workload``'s step at each batch size and fit ``t0 + t1 * batch`` (see module doc).
 
-    A first sweep warms every size up (allocator, kernel caches); then each size is timed
-    in a block of its own, warm-up again first, as training repeats one size step after step.
+    ``statistic`` is what the line is fitted to: the ``median`` of a size's samples
+    (default), their 25th percentile ``p25`` or their ``min`` — on a host shared with other
+    virtual machines, slow spells only ever add time, and a low quantile reproduces better.
     """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    device = resolve_device(device)
+    timer_name, timer = _TIMERS[device]
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        steps = [_stepper(workload, int(b)) for b in batch_sizes]
+        steps = [_stepper(workload, int(b), device) for b in batch_sizes]
         for step in steps:
             for _ in range(warmup):
                 step()
-        medians = [_median_time(step, repeats, warmup) for step in steps]
+        rounds = max(1, min(rounds, repeats))
+        per_round = math.ceil(repeats / rounds)
+        samples: list[list[float]] = [[] for _ in steps]
+        for _ in range(rounds):
+            for i, step in enumerate(steps):
+                for _ in range(min(warmup, 2)):
+                    step()
+                samples[i] += timer(step, per_round)
     finally:
         torch.set_num_threads(previous)
-    fit = fit_linear(batch_sizes, medians)
+    medians = [float(np.median(s)) for s in samples]
+    q25, q75 = [float(np.percentile(s, 25)) for s in samples], [float(np.percentile(s, 75)) for s in samples]
+    fitted = [float(np.percentile(s, STATISTICS[statistic])) for s in samples]
+    fit = fit_linear(batch_sizes, fitted)
     return {
-        "t0_s": fit["t0_s"],
-        "t1_s": fit["t1_s"],
+        "t0_s": fit["t0_s"], "t1_s": fit["t1_s"],
         "forward_flops_per_sample": workload.forward_flops_per_sample,
-        "r2": fit["r2"],
-        "batch_sizes": [int(b) for b in batch_sizes],
-        "median_s": medians,
-        "residuals_s": fit["residuals_s"],
-        "threads": threads,
+        "r2": fit["r2"], "max_relative_error": fit["max_relative_error"],
+        "batch_sizes": [int(b) for b in batch_sizes], "median_s": medians, "p25_s": q25, "statistic": statistic,
+        "statistic_s": fitted,
+        "iqr_s": [hi - lo for lo, hi in zip(q25, q75)], "samples": [len(s) for s in samples],
+        "residuals_s": fit["residuals_s"], "threads": threads, "device": device, "timer": timer_name,
     }
 
 
-def measure_zoo(batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, repeats: int = 30, warmup: int = 5,
-                threads: int = 1, models: Sequence[str] = tuple(ZOO), seed: int = 0) -> dict[str, dict]:
+def measure_zoo(batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, repeats: int = 100, warmup: int = 5,
+                threads: int = 1, models: Sequence[str] = tuple(ZOO), seed: int = 0, device: str = "cpu",
+                rounds: int = 10, statistic: str = "median") -> dict[str, dict]:
     """Profiles of the zoo's models (default configs) on their calibration datasets."""
     profiles = {}
     for name in models:
         dataset, options = ZOO[name]
         workload = build_workload(name, options, dataset, {}, OptimizerConfig(), seed)
-        profile = measure_profile(workload, batch_sizes, repeats, warmup, threads)
-        profile.pop("threads")
+        profile = measure_profile(workload, batch_sizes, repeats, warmup, threads, device, rounds, statistic)
         profile["dataset"] = dataset
         profile["options"] = workload.model_config.model_dump(mode="json")
+        profile["workload_sha256"] = hashlib.sha256(json.dumps(
+            {"model": name, "options": profile["options"], "dataset": dataset, "seed": seed,
+             "optimizer": OptimizerConfig().model_dump(mode="json")}, sort_keys=True).encode()).hexdigest()
         profiles[name] = profile
     return profiles
 
 
-def _cpu_model() -> str:
+# -- the file ----------------------------------------------------------------------------
+
+def cpu_model_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -148,93 +283,152 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-_KEY_ORDER = ("t0_s", "t1_s", "forward_flops_per_sample", "r2", "dataset", "options",
-              "batch_sizes", "median_s", "residuals_s")
+def profile_key(device: str) -> str:
+    """The profile's ``device`` key: ``host-cpu``, or the device kind a GPU name denotes (``a100``, ``h100``)."""
+    if device == "cpu":
+        return "host-cpu"
+    name = torch.cuda.get_device_name(0)
+    upper = name.upper()
+    if "A100" in upper:
+        return "a100"
+    if "H100" in upper or "H200" in upper:
+        return "h100"
+    return "cuda-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def profile_document(profiles: dict[str, dict], threads: int, device: str = "host-cpu") -> dict:
+def _description(device: str, threads: int) -> str:
+    if device == "cpu":
+        return f"{cpu_model_name()} ({os.cpu_count()} logical CPUs), {threads} torch thread(s)"
+    return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda or '?'}), host {cpu_model_name()}"
+
+
+_KEY_ORDER = ("t0_s", "t1_s", "forward_flops_per_sample", "r2", "max_relative_error", "statistic", "dataset",
+              "options", "batch_sizes", "median_s", "p25_s", "iqr_s", "samples", "residuals_s", "workload_sha256")
+
+
+def profile_document(profiles: dict[str, dict], threads: int, device: str = "host-cpu", *,
+                     torch_device: str = "cpu", command: str | None = None, allocator: str | None = None) -> dict:
     """The profile file's content (a plain dict, keys in file order)."""
-    return {
+    timer = next((p.get("timer") for p in profiles.values() if p.get("timer")), _TIMERS[torch_device][0])
+    versions = library_versions()
+    if torch_device == "cuda":
+        versions.update(cuda=str(torch.version.cuda), cudnn=str(torch.backends.cudnn.version()))
+    document = {
         "device": device,
-        "description": f"{_cpu_model()} ({os.cpu_count()} logical CPUs), {threads} torch thread(s)",
-        "measured_at": _dt.date.today().isoformat(),
+        "description": _description(torch_device, threads),
+        "measured_at": time.strftime("%Y-%m-%d"),
         "torch_version": str(torch.__version__),
         "threads": threads,
-        "models": {
-            name: {key: profile[key] for key in _KEY_ORDER if key in profile} for name, profile in profiles.items()
-        },
+        "timer": timer,
+        **({"allocator": allocator} if allocator else {}),
+        "versions": versions,
+        "models": {name: {key: profile[key] for key in _KEY_ORDER if key in profile}
+                   for name, profile in profiles.items()},
     }
+    if command is not None:
+        document["provenance"] = _provenance(document, command)
+    return document
 
 
-class _FlowDict(dict):
-    """A mapping written inline (``{hidden: [128]}``)."""
-
-
-class _ProfileDumper(yaml.SafeDumper):
-    """SafeDumper that writes :class:`_FlowDict` inline and floats to 6 significant digits."""
-
-
-_ProfileDumper.add_representer(
-    _FlowDict, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True)
-)
-_ProfileDumper.add_representer(float, lambda d, x: d.represent_float(float(f"{x:.6g}")))
-
-
-def _readable(document: dict) -> dict:
-    models = {name: {**p, "options": _FlowDict(p["options"])} if "options" in p else p
-              for name, p in document.get("models", {}).items()}
-    return {**document, "models": models}
+def _provenance(document: dict, command: str) -> dict:
+    scores = {name: {"r2": m.get("r2"), "max_relative_error": m.get("max_relative_error")}
+              for name, m in document["models"].items()}
+    workloads = {name: m.get("workload_sha256") for name, m in document["models"].items()}
+    return make_provenance(command, (), scores, workloads_sha256=workloads,
+                           method="timed steps per batch size, round-robin over sizes after warm-up; t0 + t1*batch "
+                                  "by relative least squares on each size's statistic (models.*.statistic)")
 
 
 def write_profile(path: str | os.PathLike, document: dict, command: str) -> None:
-    """Write ``document`` as YAML with a provenance header, atomically (temp file + rename)."""
-    text = yaml.dump(_readable(document), Dumper=_ProfileDumper, sort_keys=False, default_flow_style=None, width=120)
-    lines = [
-        line + "  # seconds per sample" if line.lstrip().startswith("t1_s:") else line for line in text.splitlines()
-    ]
-    header = ("# Compute profile measured with real kernels on this machine. "
-              f"Generated by: {command}; do not hand-edit.\n")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(header + "\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    """Write ``document`` as YAML with a do-not-edit header and provenance, atomically."""
+    if "provenance" not in document:
+        document = {**document, "provenance": _provenance(document, command)}
+    write_yaml(path, document, "Compute profile measured with real kernels on this machine "
+                               "(t = t0_s + t1_s * batch; t1_s in seconds per sample).\n"
+                               f"Generated by: {command}; do not hand-edit.")
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m simdist.calibrate.compute_profile",
-        description="Measure t = t0 + t1*batch of the zoo's models on this machine and write a profile YAML.",
-    )
-    parser.add_argument("--out", required=True, help="profile file to write, e.g. calibration/profiles/host-cpu.yaml")
+# -- python -m ----------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``simdist calibrate compute`` (shared with ``python -m``)."""
+    parser.add_argument("--out", help="profile file to write (default calibration/profiles/<device key>.yaml)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                        help="where to time the step (default cpu; auto = cuda when present)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads while timing (default 1)")
-    parser.add_argument(
-        "--repeats", type=int, default=30, help="timed steps per batch size; the median is kept (default 30)"
-    )
+    parser.add_argument("--repeats", type=int, default=100,
+                        help="timed steps per batch size; the median is kept (default 100)")
+    parser.add_argument("--rounds", type=int, default=10, help="round-robin passes over the sizes (default 10)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (default 5)")
+    parser.add_argument("--allocator", default="steady", choices=("steady", "default"),
+                        help="steady (default): keep glibc from returning step buffers to the OS between steps "
+                             "(no page-fault storms); default: leave malloc as it is")
+    parser.add_argument("--statistic", default="median", choices=tuple(STATISTICS),
+                        help="per-size value the line is fitted to (default median; p25 or min on a host whose "
+                             "speed comes and goes with other tenants)")
     parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)),
                         help="comma-separated batch sizes (default %(default)s)")
     parser.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo models (default %(default)s)")
-    return parser.parse_args(argv)
+
+
+def checked_options(args: argparse.Namespace) -> tuple[list[int], list[str]]:
+    """Batch sizes and models of parsed ``args``; ValueError naming what is allowed."""
+    try:
+        batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
+    except ValueError:
+        raise ValueError(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}") from None
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in ZOO]
+    if unknown or not models:
+        raise ValueError(f"--models must be among {', '.join(ZOO)}, got {args.models!r}")
+    if len(set(batch_sizes)) < 2 or min(batch_sizes) < 1:
+        raise ValueError("--batch-sizes needs at least two different positive sizes")
+    if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.rounds < 1:
+        raise ValueError("--threads, --repeats and --rounds must be positive, --warmup >= 0")
+    return batch_sizes, models
+
+
+def run(args: argparse.Namespace, command: str, require_slope: bool = True) -> tuple[Path, dict]:
+    """Measure and write the profile ``args`` ask for; returns (path, document).
+
+    With ``require_slope`` a model whose time does not grow with the batch (t1 = 0, which
+    the simulator's profile loader refuses) is a ValueError instead of a file.
+    """
+    batch_sizes, models = checked_options(args)
+    device = resolve_device(args.device)
+    allocator = "glibc mmap/trim thresholds raised (steady)" if args.allocator == "steady" and steady_allocator() \
+        else "default"
+    profiles = measure_zoo(batch_sizes, args.repeats, args.warmup, args.threads, models, device=device,
+                           rounds=args.rounds, statistic=args.statistic)
+    flat = [name for name, p in profiles.items() if not p["t1_s"] > 0]
+    if flat and require_slope:
+        raise ValueError(f"the step time of {', '.join(flat)} does not grow with the batch size over "
+                         f"{batch_sizes} (t1 = 0); widen --batch-sizes or raise --repeats")
+    key = profile_key(device)
+    out = Path(args.out) if args.out else Path("calibration") / "profiles" / f"{key}.yaml"
+    document = profile_document(profiles, args.threads, key, torch_device=device, command=command,
+                                allocator=allocator)
+    write_profile(out, document, command)
+    return out, document
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m simdist.calibrate.compute_profile",
+                                     description="Measure t = t0 + t1*batch of the zoo's models and write a profile.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
     try:
-        batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-        models = [m for m in args.models.split(",") if m]
-        unknown = [m for m in models if m not in ZOO]
-        if unknown or args.threads < 1 or args.repeats < 1 or args.warmup < 0 or min(batch_sizes) < 1:
-            raise ValueError(
-                f"models must be among {', '.join(ZOO)}; threads, repeats and batch sizes must be positive"
-            )
+        checked_options(args)
+        resolve_device(args.device)
     except ValueError as err:
         print(f"compute_profile: {err}", file=sys.stderr)
         return 2
-    profiles = measure_zoo(batch_sizes, args.repeats, args.warmup, args.threads, models)
-    command = "python -m simdist.calibrate.compute_profile " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_profile(args.out, profile_document(profiles, args.threads), command.strip())
+    path, document = run(args, command_line(argv, prog="python -m simdist.calibrate.compute_profile"),
+                         require_slope=False)
+    flat = [name for name, m in document["models"].items() if not m["t1_s"] > 0]
+    if flat:
+        print(f"compute_profile: warning: t1_s = 0 for {', '.join(flat)} in {path}: the times do not grow with "
+              "the batch size; widen --batch-sizes (the simulator refuses such a profile)", file=sys.stderr)
     return 0
 
 

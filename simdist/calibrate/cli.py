@@ -1,0 +1,305 @@
+"""``simdist calibrate compute|network|trace|cpu-share``: measurements → calibration files.
+
+    simdist calibrate compute   [--device cpu|cuda|auto] [--threads N] [--models mlp,cnn] [--out PROFILE.yaml]
+    simdist calibrate network   [--ranks 2] [--out calibration/platforms/host-shm.yaml] [--max-size 4MiB]
+    simdist calibrate trace     FILE... [--format auto] [--out OVERLAY.yaml] [--summary SUMMARY.yaml]
+    simdist calibrate cpu-share [--ranks 1,2,4] [--cores 1,2] [--out calibration/cpu_share/host-cpu.yaml]
+
+:func:`add_calibrate_parser` adds the ``calibrate`` command to the main parser's
+sub-commands; each sub-command sets ``func`` to a handler ``(args) -> int``. Handlers raise
+:class:`~simdist.errors.InputError` for bad input (one line; the main CLI prints it and
+exits 2). Every file written records its provenance (:mod:`simdist.calibrate.provenance`),
+including the full command line that regenerates it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from typing import Any, Sequence
+
+import pandas as pd
+
+from ..errors import InputError
+from ..units import format_bytes, format_time, parse_size
+
+__all__ = ["add_calibrate_parser", "main"]
+
+_SKIP = {"func", "command", "calibrate_command"}
+
+
+def _command(args: argparse.Namespace, sub: str, positional: Sequence[str] = ()) -> str:
+    """The full command line that reproduces ``args`` (every option spelled out)."""
+    words = ["simdist", "calibrate", sub]
+    for name in positional:
+        value = getattr(args, name)
+        words += [str(v) for v in (value if isinstance(value, list) else [value])]
+    for dest, value in vars(args).items():
+        if dest in _SKIP or dest in positional or dest.startswith("_") or value is None or value is False:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        words += [flag] if value is True else [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _size(text: str, option: str) -> float:
+    try:
+        return float(parse_size(text))
+    except ValueError as exc:
+        raise InputError(str(exc), source=option) from None
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"expected comma-separated integers, got {text!r}", source=option) from None
+    if not values or min(values) < 1:
+        raise InputError(f"expected positive integers, got {text!r}", source=option)
+    return values
+
+
+def _pct(x: float) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f}%"
+
+
+def _print_size_table(rows: list[dict], predictions: Sequence[str]) -> None:
+    header = f"{'size':>10} {'measured':>10}" + "".join(f" {p:>12} {'err':>7}" for p in predictions)
+    print(header)
+    for r in rows:
+        line = f"{format_bytes(r['size_bytes']):>10} {format_time(r['measured_s']):>10}"
+        for p in predictions:
+            line += f" {format_time(r[f'{p}_s']):>12} {_pct(r[f'{p}_error']):>7}"
+        print(line)
+
+
+# -- compute ------------------------------------------------------------------------------
+
+def _cmd_compute(args: argparse.Namespace) -> int:
+    from .compute_profile import run
+
+    try:
+        path, document = run(args, _command(args, "compute"))
+    except ValueError as exc:
+        raise InputError(str(exc), source="simdist calibrate compute") from None
+    print(f"wrote {path} ({document['description']}, timer {document['timer']})")
+    print(f"{'model':<6} {'t0':>10} {'t1/sample':>10} {'r2':>7} {'max err':>8}")
+    for name, m in document["models"].items():
+        print(f"{name:<6} {format_time(m['t0_s']):>10} {format_time(m['t1_s']):>10} {m['r2']:>7.4f} "
+              f"{_pct(m['max_relative_error']):>8}")
+    return 0
+
+
+# -- network ------------------------------------------------------------------------------
+
+def _cmd_network(args: argparse.Namespace) -> int:
+    from .mpi_worker import DEFAULT_SIZES
+    from .network import find_mpiexec, fit_sweep, network_overlay, run_sweep
+    from .overlay import check_link_kind, write_overlay
+
+    if args.ranks < 2:
+        raise InputError("need at least 2 ranks", source="--ranks")
+    check_link_kind(args.intra_kind, "--intra-kind")
+    check_link_kind(args.nic_kind, "--nic-kind")
+    max_size = _size(args.max_size, "--max-size")
+    large = _size(args.large_from, "--large-from")
+    sizes = [s for s in DEFAULT_SIZES if s <= max_size] if args.sizes is None else \
+        sorted({int(_size(s, "--sizes")) for s in args.sizes.split(",") if s.strip()})
+    if sum(1 for s in sizes if s >= large) < 2:
+        raise InputError(f"the sweep needs at least two sizes >= --large-from ({format_bytes(large)})", source="--sizes")
+    mpiexec = find_mpiexec()
+    document = run_sweep(args.ranks, sizes, args.budget_s, args.batches, not args.no_allreduce, args.timeout_s,
+                         mpiexec, shlex.split(args.mpiexec_args or ""))
+    links = fit_sweep(document, large_message_bytes=large, intra_kind=args.intra_kind, nic_kind=args.nic_kind)
+    overlay = network_overlay(document, links, _command(args, "network"))
+    write_overlay(args.out, overlay)
+    print(f"MPI sweep: {document['ranks']} ranks on {len(set(document['hosts']))} host(s), {document['mpi_library']}, "
+          f"{document['elapsed_s']:.1f} s")
+    for link in links:
+        print(f"\nnode.{link.field} ({link.kind}): latency {format_time(link.latency_s)}, bandwidth "
+              f"{link.bandwidth_Bps / 1e9:.3g} GB/s  [{link.basis}]")
+        _print_size_table(link.table, ("piecewise", "link"))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+# -- trace --------------------------------------------------------------------------------
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from .overlay import build_overlay, check_link_kind, write_overlay
+    from .provenance import make_provenance, rounded, write_yaml
+    from .trace_fit import TraceOptions, fit_trace
+    from .traces import parse_trace
+
+    for option, kind in (("--intra-kind", args.intra_kind), ("--nic-kind", args.nic_kind)):
+        if kind is not None:
+            check_link_kind(kind, option)
+    options = TraceOptions(link_size_bytes=_size(args.link_size, "--link-size"),
+                           large_message_bytes=_size(args.large_from, "--large-from"),
+                           max_segments=args.max_segments, tolerance=args.tolerance, intra_kind=args.intra_kind,
+                           nic_kind=args.nic_kind, link_class=args.link_class, osu_ranks=args.osu_ranks)
+    reports = []
+    for path in args.files:
+        parsed = parse_trace(path, args.format)
+        try:
+            reports.append(fit_trace(parsed, options))
+        except ValueError as exc:
+            raise InputError(f"cannot fit: {exc}", source=path) from None
+    for report in reports:
+        _print_report(report)
+    command = _command(args, "trace", positional=("files",))
+    if args.out:
+        links = [link for r in reports for link in r.links]
+        node_fields: dict[str, Any] = {}
+        for r in reports:
+            node_fields.update(r.node_fields)
+        overlay = build_overlay(links, command=command, inputs=args.files, node_fields=node_fields)
+        write_overlay(args.out, overlay)
+        print(f"\nwrote {args.out}")
+    if args.summary:
+        files = [{"path": r.parsed.path, "format": r.parsed.format, "kind": r.parsed.kind,
+                  "description": r.parsed.description,
+                  "meta": {k: v for k, v in r.parsed.meta.items() if k != "compute_spans"},
+                  "fit": r.fit, "notes": r.notes, "table": r.table.to_dict(orient="records")} for r in reports]
+        scores = {r.parsed.path: r.scores for r in reports}
+        write_yaml(args.summary, rounded({"files": files, "provenance": make_provenance(command, args.files, scores)}),
+                   f"Trace summary written by simdist calibrate trace.\nGenerated by: {command}\nDo not hand-edit.")
+        print(f"wrote {args.summary}")
+    return 0
+
+
+def _print_report(report) -> None:
+    print(f"\n{report.parsed.path}: {report.parsed.description}")
+    table = report.table
+    if "size_bytes" in table.columns and "measured_s" in table.columns:
+        predictions = [c[:-2] for c in table.columns if c.endswith("_s") and c != "measured_s"]
+        _print_size_table(table.to_dict(orient="records"), predictions)
+    elif len(table):
+        with pd.option_context("display.width", 160, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
+            print(table.to_string(index=False))
+    for link in report.links:
+        print(f"-> node.{link.field} ({link.kind}): latency {format_time(link.latency_s)}, bandwidth "
+              f"{link.bandwidth_Bps / 1e9:.4g} GB/s  [{link.basis}]")
+    for note in report.notes:
+        print(f"note: {note}")
+
+
+# -- cpu-share ----------------------------------------------------------------------------
+
+def _cmd_cpu_share(args: argparse.Namespace) -> int:
+    from .compute_profile import ZOO
+    from .cpu_share import available_cores, contention_document, measure_contention
+    from .provenance import write_yaml
+
+    if args.model not in ZOO:
+        raise InputError(f"unknown model {args.model!r}; known: {', '.join(ZOO)}", source="--model")
+    ranks = _int_list(args.ranks, "--ranks")
+    cores = _int_list(args.cores, "--cores") if args.cores else sorted({1, len(available_cores())})
+    if max(cores) > len(available_cores()):
+        raise InputError(f"at most {len(available_cores())} cores are available here, got {args.cores!r}",
+                         source="--cores")
+    if args.duration_s <= 0 or args.rounds < 1 or args.batch_size < 1:
+        raise InputError("--duration-s, --rounds and --batch-size must be positive", source="simdist calibrate cpu-share")
+    if max(ranks) > 64:
+        raise InputError("at most 64 co-running ranks", source="--ranks")
+    rows = measure_contention(ranks, cores, args.duration_s, args.rounds, args.model, args.batch_size)
+    document, fit = contention_document(rows, model=args.model, batch_size=args.batch_size,
+                                        duration_s=args.duration_s, rounds=args.rounds,
+                                        command=_command(args, "cpu-share"))
+    write_yaml(args.out, document, "CPU-share calibration: k co-running ranks on c cores vs processor sharing.\n"
+                                   f"Generated by: {document['provenance']['generated_by']}\nDo not hand-edit.")
+    print(f"{'ranks':>5} {'cores':>5} {'step':>10} {'alone':>10} {'slowdown':>9} {'PS law':>7} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['ranks']:>5} {r['cores']:>5} {format_time(r['step_s']):>10} {format_time(r['alone_s']):>10} "
+              f"{r['slowdown']:>9.3f} {r['processor_sharing']:>7.2f} {r['ratio']:>6.3f}")
+    print(f"contention factor {fit.contention_factor_:.3f} (1 = processor sharing holds); R2 {fit.r2_:.3f}, "
+          f"processor sharing alone R2 {fit.processor_sharing_r2_:.3f}\nwrote {args.out}")
+    return 0
+
+
+# -- the parser ---------------------------------------------------------------------------
+
+def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``calibrate`` with its sub-commands to ``subparsers``; each sets ``func``."""
+    from .compute_profile import add_arguments as add_compute_arguments
+
+    calibrate = subparsers.add_parser("calibrate", help="fit profiles and platform overlays from measurements",
+                                      description="Fit compute profiles, platform overlays and CPU contention "
+                                                  "from measurements; every file written records its provenance.")
+    sub = calibrate.add_subparsers(dest="calibrate_command", required=True, parser_class=type(calibrate))
+
+    compute = sub.add_parser("compute", help="time forward/backward/optimizer steps; fit t0 + t1*batch")
+    add_compute_arguments(compute)
+    compute.set_defaults(func=_cmd_compute)
+
+    network = sub.add_parser("network", help="MPI ping-pong + allreduce sweeps under mpiexec; write a platform overlay")
+    network.add_argument("--ranks", type=int, default=2, help="MPI processes (default 2)")
+    network.add_argument("--out", default="calibration/platforms/host-shm.yaml", help="overlay to write (default %(default)s)")
+    network.add_argument("--max-size", default="4MiB", help="largest message of the default sweep (default %(default)s)")
+    network.add_argument("--sizes", help="explicit comma-separated message sizes, e.g. 0,1KiB,64KiB,1MiB")
+    network.add_argument("--budget-s", type=float, default=0.25, help="seconds per size and sweep (default 0.25)")
+    network.add_argument("--batches", type=int, default=7,
+                         help="round-robin batches per size; median kept (default 7)")
+    network.add_argument("--large-from", default="64KiB",
+                         help="link values fit sizes from here up (rendezvous regime; default %(default)s)")
+    network.add_argument("--intra-kind", default="shm", help="link kind written for same-host ranks (default shm)")
+    network.add_argument("--nic-kind", default="ethernet-tcp", help="link kind written between hosts (default ethernet-tcp)")
+    network.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
+    network.add_argument("--timeout-s", type=float, default=300.0, help="give up after this long (default 300)")
+    network.add_argument("--mpiexec-args", help="extra mpiexec arguments, e.g. '-f hostfile -ppn 1'")
+    network.set_defaults(func=_cmd_network)
+
+    trace = sub.add_parser("trace", help="parse nccl-tests/OSU/PyTorch-profiler/simdist files; fit; write an overlay")
+    trace.add_argument("files", nargs="+", help="measurement files (format detected per file)")
+    trace.add_argument("--format", default="auto", help="force one format: auto (default), nccl-tests, osu, "
+                                                         "torch-profiler, simdist-trace, simdist-steps")
+    trace.add_argument("--out", help="platform overlay to write from the link fits")
+    trace.add_argument("--summary", help="YAML file with every parsed table and fit")
+    trace.add_argument("--link-size", default="64MiB",
+                       help="collective regime holding this size sets the link (default %(default)s)")
+    trace.add_argument("--large-from", default="64KiB", help="point-to-point link fit from this size up (default %(default)s)")
+    trace.add_argument("--max-segments", type=int, default=4, help="most size regimes per fit (default 4)")
+    trace.add_argument("--tolerance", type=float, default=0.05,
+                       help="fewest regimes whose worst error is within this (default 0.05)")
+    trace.add_argument("--intra-kind", help="link kind for intra-node fits (default nvswitch for nccl-tests, shm otherwise)")
+    trace.add_argument("--nic-kind", help="link kind for inter-node fits (default ib-hdr for nccl-tests, ethernet-tcp otherwise)")
+    trace.add_argument("--link-class", default="nic", choices=("nic", "intra"),
+                       help="where an OSU point-to-point fit goes (default nic: between nodes)")
+    trace.add_argument("--osu-ranks", type=int, default=2, help="processes of OSU collective runs (default 2)")
+    trace.set_defaults(func=_cmd_trace)
+
+    share = sub.add_parser("cpu-share", help="k co-running ranks on c cores vs processor sharing; fit the contention factor")
+    share.add_argument("--ranks", default="1,2,4", help="co-running ranks to measure (default %(default)s)")
+    share.add_argument("--cores", help="core counts to pin them to (default 1 and all available)")
+    share.add_argument("--duration-s", type=float, default=1.0, help="seconds per configuration and round (default 1)")
+    share.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; median kept (default 3)")
+    share.add_argument("--model", default="mlp", help="zoo model to run (default mlp)")
+    share.add_argument("--batch-size", type=int, default=64, help="batch size of each step (default 64)")
+    share.add_argument("--out", default="calibration/cpu_share/host-cpu.yaml", help="file to write (default %(default)s)")
+    share.set_defaults(func=_cmd_cpu_share)
+    return calibrate
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2 (for running this module on its own)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m simdist.calibrate.cli calibrate ...`` (the same as ``simdist calibrate ...``)."""
+    parser = _Parser(prog="simdist")
+    add_calibrate_parser(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"simdist: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""MPI sweep run under ``mpiexec`` by ``simdist calibrate network`` (ping-pong and allreduce).
+
+    mpiexec -n 2 python -m simdist.calibrate.mpi_worker --out sweep.json [--sizes 0,1,..] [--budget-s 0.25]
+
+Rank 0 ping-pongs with one peer of each link class — the first rank on its own host
+(``intra``) and the first on another host (``inter``) — while the other ranks wait; then all
+ranks run ``MPI_Allreduce`` on float32 buffers. Every size gets two warm-up operations and a
+probe (the fastest of three) that sets its repetition count so the size takes about
+``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
+batch's time over its repetitions, halved for a round trip, is one sample). The median of a
+size's samples is kept with their min and max. Allreduce samples are the slowest rank's
+time of a batch (MPI_MAX), after a barrier.
+
+Rank 0 writes one JSON document; this module imports only mpi4py and numpy, so ranks start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["DEFAULT_SIZES", "main"]
+
+DEFAULT_SIZES = tuple([0] + [2**k for k in range(23)])  # 0 B, 1 B ... 4 MiB
+_TAG = 7
+
+
+def _reps(probe_s: float, budget_s: float, batches: int, lo: int = 2, hi: int = 100_000) -> int:
+    return int(min(hi, max(lo, budget_s / batches / max(probe_s, 1e-7))))
+
+
+def _sweep(sizes: Sequence[int], timed, decide_reps, budget_s: float, batches: int) -> list[dict]:
+    """Probe every size, then ``batches`` round-robin passes over the sizes (one batch each).
+
+    ``timed(size, n)`` runs ``n`` operations of ``size`` bytes and returns seconds per
+    operation; ``decide_reps(size, probe_s)`` turns a probe into a repetition count every
+    rank agrees on. Spreading a size's batches over the whole sweep means a burst of other
+    work on the machine hits one batch of many sizes, not every batch of a few: the median
+    stays clean.
+    """
+    reps = {}
+    for size in sizes:
+        timed(size, 2)
+        reps[size] = decide_reps(size, min(timed(size, 1) for _ in range(3)))
+    samples: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(batches):
+        for size in sizes:
+            samples[size].append(timed(size, reps[size]))
+    return [{"size_bytes": int(size), "median_s": float(np.median(v)), "min_s": float(min(v)), "max_s": float(max(v)),
+             "reps": reps[size], "batches": batches} for size, v in samples.items()]
+
+
+def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+    """One-way times (half the round trip) between rank 0 and ``peer``."""
+    rank = comm.Get_rank()
+    buf = np.zeros(max(sizes) if sizes else 1, dtype=np.uint8)
+
+    def timed(size: int, n: int) -> float:
+        view = buf[:size]
+        start = time.perf_counter()
+        for _ in range(n):
+            if rank == 0:
+                comm.Send([view, size], dest=peer, tag=_TAG)
+                comm.Recv([view, size], source=peer, tag=_TAG)
+            else:
+                comm.Recv([view, size], source=0, tag=_TAG)
+                comm.Send([view, size], dest=0, tag=_TAG)
+        return (time.perf_counter() - start) / (2 * n)
+
+    def decide(size: int, probe_s: float) -> int:
+        if rank == 0:
+            reps = _reps(2 * probe_s, budget_s, batches)
+            comm.send(reps, dest=peer, tag=_TAG + 1)
+            return reps
+        return comm.recv(source=0, tag=_TAG + 1)
+
+    return _sweep(sizes, timed, decide, budget_s, batches)
+
+
+def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+    """Time per MPI_Allreduce of float32 buffers: the slowest rank's, after a barrier."""
+    from mpi4py import MPI
+
+    counts = sorted({s // 4 for s in sizes if s >= 4})
+    buffers = {c: (np.ones(c, dtype=np.float32), np.empty(c, dtype=np.float32)) for c in counts}
+
+    def timed(size: int, n: int) -> float:
+        send, recv = buffers[size // 4]
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(n):
+            comm.Allreduce(send, recv, op=MPI.SUM)
+        return comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
+
+    def decide(size: int, probe_s: float) -> int:
+        return _reps(probe_s, budget_s, batches)  # the same everywhere: the probe is an allreduce result
+
+    return _sweep([4 * c for c in counts], timed, decide, budget_s, batches)
+
+
+def _peers(hosts: list[str]) -> dict[str, int]:
+    peers = {}
+    same = [r for r in range(1, len(hosts)) if hosts[r] == hosts[0]]
+    other = [r for r in range(1, len(hosts)) if hosts[r] != hosts[0]]
+    if same:
+        peers["intra"] = same[0]
+    if other:
+        peers["inter"] = other[0]
+    return peers
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m simdist.calibrate.mpi_worker",
+                                     description="MPI ping-pong and allreduce sweep (run under mpiexec).")
+    parser.add_argument("--out", required=True, help="JSON file rank 0 writes")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="message sizes in bytes")
+    parser.add_argument("--budget-s", type=float, default=0.25, help="approximate seconds per size and sweep")
+    parser.add_argument("--batches", type=int, default=7, help="timed batches per size (median kept)")
+    parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
+    started = time.perf_counter()
+    pingpong = {}
+    for link_class, peer in _peers(hosts).items():
+        if rank in (0, peer):
+            rows = _pingpong(comm, peer, sizes, args.budget_s, args.batches)
+            if rank == 0:
+                pingpong[link_class] = {"peer": peer, "rows": rows}
+        comm.Barrier()
+    allreduce = [] if args.no_allreduce or size < 2 else _allreduce(comm, sizes, args.budget_s, args.batches)
+    if rank == 0:
+        document = {"ranks": size, "hosts": hosts, "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+                    "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
+                    "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce,
+                    "elapsed_s": time.perf_counter() - started}
+        with open(args.out, "w") as fh:
+            json.dump(document, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""``simdist calibrate network``: MPI sweeps on this machine (or allocation) → a platform overlay.
+
+Launches ``mpiexec -n RANKS python -m simdist.calibrate.mpi_worker`` (mpi4py and the mpich
+wheel: ``pip install simdist[mpi]``), reads its JSON and fits, per link class:
+
+* ``intra`` (ranks on one host) → ``node.intra_link`` (kind ``shm`` by default);
+* ``inter`` (ranks on different hosts) → ``node.nic_link`` (kind ``ethernet-tcp`` by default);
+
+each from the ping-pong one-way times: a piecewise alpha–beta fit by message-size range
+(MPI switches from eager to rendezvous protocol as messages grow) goes to ``provenance``,
+and the alpha–beta fit of the large messages (≥ 64 KiB) becomes the link's latency and
+bandwidth (:func:`~simdist.calibrate.overlay.fit_p2p_link`). The allreduce sweep is fitted
+as the simulator's ring model and compared with what the fitted link predicts; both are
+recorded, not used for the link.
+
+With the defaults (0 B – 4 MiB, 0.25 s per size and sweep) two ranks finish in about 15–20 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from .collective_fit import CollectiveFit
+from .mpi_worker import DEFAULT_SIZES
+from .overlay import LinkFit, build_overlay, columns, fit_p2p_link, per_size_table
+
+__all__ = ["find_mpiexec", "run_sweep", "fit_sweep", "network_overlay"]
+
+_CLASS_FIELD = {"intra": "intra_link", "inter": "nic_link"}
+
+
+def find_mpiexec() -> str:
+    """Path of ``mpiexec`` on PATH, and mpi4py importable here (InputError otherwise)."""
+    path = shutil.which("mpiexec") or shutil.which("mpirun")
+    if path is None:
+        raise InputError("mpiexec not found on PATH; install the mpi extra (pip install 'simdist[mpi]': "
+                         "mpi4py and the mpich wheel) or an MPI library", source="simdist calibrate network")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        raise InputError("mpi4py is not importable; install the mpi extra (pip install 'simdist[mpi]')",
+                         source="simdist calibrate network") from None
+    return path
+
+
+def run_sweep(ranks: int = 2, sizes: Sequence[int] = DEFAULT_SIZES, budget_s: float = 0.25, batches: int = 7,
+              allreduce: bool = True, timeout_s: float = 300.0, mpiexec: str | None = None,
+              extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the MPI worker on ``ranks`` processes and return its JSON document."""
+    launcher = mpiexec or find_mpiexec()
+    with tempfile.TemporaryDirectory(prefix="simdist-net-") as tmp:
+        out = Path(tmp) / "sweep.json"
+        command = [launcher, *extra_args, "-n", str(ranks), sys.executable, "-m", "simdist.calibrate.mpi_worker",
+                   "--out", str(out), "--sizes", ",".join(str(int(s)) for s in sizes), "--budget-s", str(budget_s),
+                   "--batches", str(batches)] + ([] if allreduce else ["--no-allreduce"])
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"the MPI sweep did not finish within {timeout_s:.0f} s; use fewer sizes or a smaller "
+                             "--budget-s", source="simdist calibrate network") from None
+        if done.returncode != 0 or not out.is_file():
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            raise InputError(f"mpiexec failed (exit {done.returncode}): {tail or 'no output'}",
+                             source="simdist calibrate network")
+        document = json.loads(out.read_text())
+    document["command"] = shlex.join(command).replace(str(out), "SWEEP.json")
+    return document
+
+
+def fit_sweep(document: dict[str, Any], *, large_message_bytes: float = 65536, intra_kind: str = "shm",
+              nic_kind: str = "ethernet-tcp", max_segments: int = 3, tolerance: float = 0.05) -> list[LinkFit]:
+    """One :class:`LinkFit` per link class measured in the sweep ``document``."""
+    links = []
+    for link_class, measured in document.get("pingpong", {}).items():
+        rows = measured["rows"]
+        sizes = np.array([r["size_bytes"] for r in rows], dtype=float)
+        times = np.array([r["median_s"] for r in rows], dtype=float)
+        field_name = _CLASS_FIELD[link_class]
+        kind = intra_kind if field_name == "intra_link" else nic_kind
+        link, _piecewise, _table = fit_p2p_link(sizes, times, field_name=field_name, kind=kind,
+                                                source=f"MPI ping-pong rank 0 <-> rank {measured['peer']}",
+                                                large_message_bytes=large_message_bytes,
+                                                max_segments=max_segments, tolerance=tolerance)
+        link.details["spread"] = [{"size_bytes": r["size_bytes"], "min_s": r["min_s"], "max_s": r["max_s"],
+                                   "reps": r["reps"]} for r in rows]
+        links.append(link)
+    return links
+
+
+def _allreduce_check(document: dict[str, Any], links: list[LinkFit]) -> dict[str, Any] | None:
+    rows, n = document.get("allreduce") or [], int(document.get("ranks", 0))
+    if len(rows) < 4 or n < 2:
+        return None
+    sizes = np.array([r["size_bytes"] for r in rows], dtype=float)
+    times = np.array([r["median_s"] for r in rows], dtype=float)
+    fit = CollectiveFit("all_reduce", n, max_segments=3).fit(sizes, times)
+    hosts = document.get("hosts", [])
+    slowest = next((l for l in links if l.field == "nic_link"), None) if len(set(hosts)) > 1 else None
+    slowest = slowest or next((l for l in links if l.field == "intra_link"), None)
+    predicted = {"piecewise": fit.predict(sizes)}
+    if slowest is not None:
+        predicted["ring_with_link"] = fit.predict_with(sizes, slowest.latency_s, slowest.bandwidth_Bps)
+    return {"fit": fit.export(), "per_size": columns(per_size_table(sizes, times, **predicted)),
+            "note": "MPI picks its own allreduce algorithm (recursive doubling, Rabenseifner ...) and adds the "
+                    "reduction's arithmetic; ring_with_link is what the simulator's ring charges with the fitted link"}
+
+
+def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str) -> dict[str, Any]:
+    """The overlay document of a sweep and its fitted links."""
+    sweep = {k: document.get(k) for k in ("ranks", "hosts", "mpi_library", "mpi4py", "budget_s", "batches", "elapsed_s")}
+    extra = {"measurement": {**sweep, "launched": document.get("command")},
+             "allreduce_check": _allreduce_check(document, links)}
+    return build_overlay(links, command=command, inputs=(), extra_provenance=extra)

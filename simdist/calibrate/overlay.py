@@ -1,0 +1,139 @@
+"""Fitted links → platform overlays (the files ``platform: {overlays: [...]}`` merges in).
+
+The simulator's link model is one latency and one bandwidth per link, while measured
+timings change regime with message size (MPI eager → rendezvous, NCCL LL → Simple). So:
+
+* a point-to-point sweep (MPI ping-pong, ``osu_latency``) gives the link the alpha–beta fit
+  of its **large messages** (``≥ 64 KiB`` by default: the rendezvous regime that gradient
+  traffic lives in); the piecewise fit of all sizes goes to ``provenance``;
+* a collective sweep (nccl-tests) gives the link the regime holding a **reference size**
+  (64 MiB by default: DDP buckets and whole-model gradients), as hop latency and bus
+  bandwidth of the simulator's ring model (:mod:`simdist.calibrate.collective_fit`).
+
+An overlay sets ``node.intra_link`` (ranks on one node) and/or ``node.nic_link`` (between
+nodes), each ``{kind, latency, bandwidth}``, plus facts the measurement shows (devices per
+node), and a ``provenance`` mapping the scenario loader ignores.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..platform.links import LINK_KINDS
+from .fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
+from .provenance import make_provenance, write_yaml
+
+__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "per_size_table", "columns", "build_overlay", "write_overlay",
+           "check_link_kind"]
+
+LINK_FIELDS = ("intra_link", "nic_link")
+
+
+@dataclass
+class LinkFit:
+    """Values for one platform link, with how they were obtained."""
+
+    field: str  # "intra_link" or "nic_link"
+    kind: str  # a registered link kind
+    latency_s: float
+    bandwidth_Bps: float
+    basis: str  # one sentence: which regime and why
+    source: str  # input file, or "measured" for sweeps run on the spot
+    scores: dict[str, Any] = field(default_factory=dict)  # fit scores of the values chosen
+    details: dict[str, Any] = field(default_factory=dict)  # the fits behind them (for provenance)
+    table: list[dict[str, Any]] = field(default_factory=list)  # per-size rows (for printing)
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "latency": self.latency_s, "bandwidth": self.bandwidth_Bps}
+
+
+def check_link_kind(name: str, option: str) -> str:
+    """``name`` if it is a registered link kind, else an InputError naming ``option``."""
+    if name not in LINK_KINDS:
+        raise InputError(f"unknown link kind {name!r}; known: {', '.join(LINK_KINDS.names())}", source=option)
+    return name
+
+
+def per_size_table(sizes: Sequence[float], measured_s: Sequence[float], **predicted_s: Sequence[float]) -> list[dict]:
+    """Rows ``{size_bytes, measured_s, <name>_s, <name>_error}`` for each prediction given."""
+    rows = []
+    for i, (size, t) in enumerate(zip(sizes, measured_s)):
+        row = {"size_bytes": int(size), "measured_s": float(t)}
+        for name, values in predicted_s.items():
+            p = float(np.asarray(values, dtype=float)[i])
+            row[f"{name}_s"] = p
+            row[f"{name}_error"] = p / float(t) - 1.0
+        rows.append(row)
+    return rows
+
+
+def columns(rows: Sequence[dict]) -> dict[str, list]:
+    """Rows of equal keys as one list per key (compact in YAML)."""
+    return {key: [row[key] for row in rows] for key in (rows[0] if rows else {})}
+
+
+def fit_p2p_link(sizes_bytes: Sequence[float], times_s: Sequence[float], *, field_name: str, kind: str,
+                 source: str, large_message_bytes: float = 65536, max_segments: int = 3,
+                 tolerance: float = 0.05) -> tuple[LinkFit, PiecewiseAlphaBetaFit, list[dict]]:
+    """Link values from one-way message times: the large-message alpha–beta fit.
+
+    Returns the link, the piecewise fit of every size and the per-size error table.
+    """
+    s, t = np.asarray(sizes_bytes, dtype=float), np.asarray(times_s, dtype=float)
+    piecewise = PiecewiseAlphaBetaFit(max_segments=max_segments, tolerance=tolerance).fit(s, t)
+    large = s >= large_message_bytes
+    if np.count_nonzero(large) < 2 or np.ptp(s[large]) == 0:
+        raise InputError(f"need at least two message sizes >= {large_message_bytes:.0f} B for the link fit; "
+                         f"the largest measured is {s.max():.0f} B", source=source)
+    link_fit = AlphaBetaFit().fit(s[large], t[large])
+    if not np.isfinite(link_fit.bandwidth_Bps_):
+        raise InputError("large-message times do not grow with size: no bandwidth can be fitted", source=source)
+    table = per_size_table(s, t, piecewise=piecewise.predict(s), link=link_fit.predict(s))
+    basis = (f"alpha-beta fit of the large-message regime (sizes >= {int(large_message_bytes)} B, "
+             f"{np.count_nonzero(large)} sizes, max error {np.max(np.abs(link_fit.relative_errors_)):.1%}); "
+             "the simulator has one latency and one bandwidth per link")
+    details = {"large_messages": {"from_bytes": int(large_message_bytes), **link_fit.export()},
+               "piecewise": piecewise.export(), "per_size": columns(table)}
+    scores = {"r2": link_fit.r2_, "max_relative_error": float(np.max(np.abs(link_fit.relative_errors_))),
+              "piecewise_r2": piecewise.r2_, "piecewise_max_relative_error": piecewise.max_relative_error_}
+    link = LinkFit(field_name, kind, link_fit.latency_s_, link_fit.bandwidth_Bps_, basis, source, scores, details,
+                   table)
+    return link, piecewise, table
+
+
+def build_overlay(links: Sequence[LinkFit], *, command: str, inputs: Sequence[str | os.PathLike] = (),
+                  node_fields: dict[str, Any] | None = None, extra_provenance: dict[str, Any] | None = None) -> dict:
+    """The overlay document: ``node`` fields, the links, and ``provenance``."""
+    by_field: dict[str, LinkFit] = {}
+    for link in links:
+        if link.field in by_field:
+            raise InputError(f"two inputs give node.{link.field} ({by_field[link.field].source} and {link.source}); "
+                             "fit them in separate runs", source="simdist calibrate")
+        by_field[link.field] = link
+    if not by_field:
+        raise InputError("none of the inputs gives link values (nccl-tests allreduce, osu_latency or an MPI sweep "
+                         "do); leave out --out", source="--out")
+    node = dict(node_fields or {})
+    for name in LINK_FIELDS:
+        if name in by_field:
+            node[name] = by_field[name].spec()
+    scores = {name: link.scores for name, link in by_field.items()}
+    provenance = make_provenance(command, inputs, scores,
+                                 link_values={name: {"basis": link.basis, "source": link.source}
+                                              for name, link in by_field.items()},
+                                 fits={name: link.details for name, link in by_field.items()},
+                                 **(extra_provenance or {}))
+    return {"node": node, "provenance": provenance}
+
+
+def write_overlay(path: str | os.PathLike, document: dict) -> None:
+    """Write an overlay document with the do-not-edit header."""
+    command = document["provenance"]["generated_by"]
+    write_yaml(path, document, "Platform overlay fitted from measurements; merge it with\n"
+                               "  platform: {preset: ..., overlays: [this file]}  (provenance is ignored there).\n"
+                               f"Generated by: {command}\nDo not hand-edit: re-run the command.")

@@ -1,0 +1,208 @@
+"""``simdist calibrate ...`` handlers through argparse: files written, bad input one line + exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from simdist.calibrate import compute_profile, network
+from simdist.calibrate.cli import add_calibrate_parser, main
+from simdist.calibrate.provenance import verify_content
+from simdist.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "calibration" / "traces"
+NCCL = TRACES / "nccl-tests_all_reduce_2x8xA100-40GB_roce.txt"
+HAVE_MPI = shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Stands for the main CLI's parser class."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse(argv):
+    parser = OneLineParser(prog="simdist")
+    add_calibrate_parser(parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser))
+    return parser, parser.parse_args(argv)
+
+
+def test_calibrate_parser_uses_the_callers_parser_class_and_sets_func():
+    parser, args = parse(["calibrate", "trace", str(NCCL)])
+    assert callable(args.func) and args.files == [str(NCCL)]
+    sub = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+    calibrate = sub.choices["calibrate"]
+    assert isinstance(calibrate, OneLineParser)
+    inner = next(a for a in calibrate._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+    assert set(inner.choices) == {"compute", "network", "trace", "cpu-share"}
+    assert all(isinstance(p, OneLineParser) for p in inner.choices.values())
+    with pytest.raises(SystemExit) as info:
+        parse(["calibrate"])
+    assert info.value.code == 2
+
+
+def test_trace_handler_prints_the_error_table_and_writes_overlay_and_summary(tmp_path, capsys):
+    out, summary = tmp_path / "o.yaml", tmp_path / "s.yaml"
+    _, args = parse(["calibrate", "trace", str(NCCL), str(TRACES / "osu_bw_2nodes_tcp_ethernet.txt"),
+                     "--out", str(out), "--summary", str(summary)])
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "piecewise" in printed and "simulator" in printed and "-> node.nic_link" in printed and "8GiB" in printed
+    assert yaml.safe_load(out.read_text())["node"]["nic_link"]["kind"] == "ib-hdr"
+    files = yaml.safe_load(summary.read_text())["files"]
+    assert [f["format"] for f in files] == ["nccl-tests", "osu"] and len(files[0]["table"]) == 31
+    assert verify_content(summary)
+
+
+def test_trace_handler_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("just some notes\n")
+    assert main(["calibrate", "trace", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(bad) in err and "unrecognised trace format" in err
+    assert main(["calibrate", "trace", str(TRACES / "osu_bw_2nodes_tcp_ethernet.txt"), "--out", str(tmp_path / "x.yaml")]) == 2
+    assert "none of the inputs gives link values" in capsys.readouterr().err
+    assert main(["calibrate", "trace", str(NCCL), "--link-size", "lots"]) == 2
+    assert "--link-size" in capsys.readouterr().err
+    assert main(["calibrate", "trace", str(NCCL), "--nic-kind", "infiniband"]) == 2
+    assert "unknown link kind 'infiniband'" in capsys.readouterr().err
+
+
+def test_compute_handler_writes_a_profile_the_simulator_reads(tmp_path, capsys):
+    from simdist.platform.compute import load_profiles
+
+    out = tmp_path / "host.yaml"
+    assert main(["calibrate", "compute", "--models", "mlp", "--batch-sizes", "8,256", "--repeats", "4",
+                 "--rounds", "2", "--warmup", "1", "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    document = yaml.safe_load(out.read_text())
+    assert document["device"] == "host-cpu" and document["timer"] == "perf_counter"
+    mlp = document["models"]["mlp"]
+    assert len(mlp["iqr_s"]) == 2 and mlp["samples"] == [4, 4] and "r2" in mlp
+    assert document["provenance"]["generated_by"].startswith("simdist calibrate compute")
+    assert document["versions"]["torch"] == torch.__version__.split("+")[0] or document["versions"]["torch"]
+    timing = load_profiles([out])[("host-cpu", "mlp")]
+    assert timing.t1_s == pytest.approx(mlp["t1_s"])
+    assert main(["calibrate", "compute", "--models", "resnet"]) == 2
+    assert "--models must be among" in capsys.readouterr().err
+
+
+class FakeEvent:
+    """torch.cuda.Event stand-in: records host time; elapsed_time in milliseconds."""
+
+    recorded = 0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.t = None
+
+    def record(self, stream=None):
+        import time
+
+        FakeEvent.recorded += 1
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_compute_cuda_path_with_cuda_mocked(tmp_path, monkeypatch):
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(1))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    placed = []
+    monkeypatch.setattr(compute_profile, "_place", lambda obj, device: placed.append(device) or obj)
+    FakeEvent.recorded = 0
+    out = tmp_path / "gpu.yaml"
+    assert main(["calibrate", "compute", "--device", "auto", "--models", "mlp", "--batch-sizes", "8,256",
+                 "--repeats", "3", "--rounds", "1", "--warmup", "1", "--out", str(out)]) == 0
+    document = yaml.safe_load(out.read_text())
+    assert document["device"] == "h100" and document["timer"] == "cuda-events"
+    assert "NVIDIA H100 80GB HBM3" in document["description"] and "CUDA 12.4" in document["description"]
+    assert document["versions"]["cuda"] == "12.4" and document["versions"]["cudnn"] == "90100"
+    assert FakeEvent.recorded == 2 * 2 * 3 and syncs  # a start and an end event per timed step, then synchronize
+    assert set(placed) == {"cuda"}  # model, batch and parameters were moved to the device
+    assert all(t > 0 for t in document["models"]["mlp"]["median_s"])
+
+
+def test_compute_cuda_requested_without_a_gpu_is_an_input_error(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["calibrate", "compute", "--device", "cuda", "--models", "mlp"]) == 2
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err
+
+
+def test_network_without_mpiexec_is_an_input_error(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(network.shutil, "which", lambda name: None)
+    with pytest.raises(InputError, match="mpiexec not found on PATH"):
+        network.find_mpiexec()
+    assert main(["calibrate", "network", "--out", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'simdist[mpi]'" in err
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="needs mpiexec on PATH and mpi4py (pip install 'simdist[mpi]')")
+def test_network_runs_a_tiny_mpi_sweep(tmp_path, capsys):
+    out = tmp_path / "host-shm.yaml"
+    assert main(["calibrate", "network", "--ranks", "2", "--sizes", "0,1KiB,16KiB,64KiB,128KiB,256KiB,512KiB",
+                 "--budget-s", "0.02", "--batches", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "node.intra_link (shm)" in printed and "MPI sweep: 2 ranks on 1 host(s)" in printed
+    document = yaml.safe_load(out.read_text())
+    link = document["node"]["intra_link"]
+    assert link["kind"] == "shm" and link["latency"] >= 0 and link["bandwidth"] > 1e8
+    provenance = document["provenance"]
+    assert provenance["generated_by"].startswith("simdist calibrate network --ranks 2")
+    assert provenance["measurement"]["ranks"] == 2 and "MPICH" in provenance["measurement"]["mpi_library"]
+    assert provenance["fits"]["intra_link"]["piecewise"]["regimes"]
+    assert provenance["allreduce_check"]["per_size"]["size_bytes"]
+    assert verify_content(out)
+
+
+def test_network_argument_errors(capsys, tmp_path):
+    assert main(["calibrate", "network", "--ranks", "1", "--out", str(tmp_path / "x.yaml")]) == 2
+    assert "--ranks" in capsys.readouterr().err
+    assert main(["calibrate", "network", "--sizes", "1,2,4", "--out", str(tmp_path / "x.yaml")]) == 2
+    assert "at least two sizes >= --large-from" in capsys.readouterr().err
+
+
+def test_cpu_share_handler(tmp_path, capsys):
+    out = tmp_path / "share.yaml"
+    assert main(["calibrate", "cpu-share", "--ranks", "1,2", "--cores", "1", "--duration-s", "0.15", "--rounds", "1",
+                 "--out", str(out)]) == 0
+    assert "contention factor" in capsys.readouterr().out
+    document = yaml.safe_load(out.read_text())
+    assert document["contention_factor"] > 0.5 and len(document["measurements"]) == 2
+    two = next(m for m in document["measurements"] if m["ranks"] == 2)
+    assert two["processor_sharing"] == 2.0 and two["slowdown"] > 1.2  # two ranks on one core: about twice as slow
+    assert document["provenance"]["generated_by"].startswith("simdist calibrate cpu-share")
+    assert main(["calibrate", "cpu-share", "--cores", "999", "--out", str(out)]) == 2
+    assert "--cores" in capsys.readouterr().err
+
+
+def test_the_main_cli_dispatches_calibrate(tmp_path, capsys):
+    """Once simdist/cli.py wires add_calibrate_parser in, `simdist calibrate ...` behaves the same."""
+    from simdist import cli
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+    if "calibrate" not in commands.choices:
+        pytest.skip("simdist/cli.py does not add the calibrate command yet (add_calibrate_parser)")
+    out = tmp_path / "o.yaml"
+    assert cli.main(["calibrate", "trace", str(NCCL), "--out", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["node"]["nic_link"]["bandwidth"] > 1e11
+    capsys.readouterr()
+    assert cli.main(["calibrate", "trace", str(tmp_path / "missing.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.txt: no such file" in err
