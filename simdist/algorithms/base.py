@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from ..registry import Registry
 from ..runtime.base import Runtime
 
-__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "Process"]
+__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "PeerAlgorithm", "Process"]
 
 Process = Callable[[Runtime], Generator]
 
@@ -74,3 +74,33 @@ class Algorithm:
     def epochs_completed(self) -> float | None:
         """Epochs of data consumed (mean over workers), for the summary."""
         return None
+
+
+class PeerAlgorithm(Algorithm):
+    """An algorithm without a server: every worker rank owns a replica and a data shard.
+
+    Subclasses write ``_worker(rt, index)``, the generator of worker ``index`` (running on rank
+    ``ctx.workers[index]``). Worker 0's replica is the one evaluated unless overridden.
+    """
+
+    def __init__(self, config: AlgorithmConfig, ctx: AlgorithmContext):
+        super().__init__(config, ctx)
+        self.replicas = [ctx.make_replica() for _ in ctx.workers]
+        self.data = [ctx.make_data(i) for i in range(ctx.n_workers)]
+
+    def processes(self) -> dict[int, Process]:
+        return {rank: self._bind(i) for i, rank in enumerate(self.ctx.workers)}
+
+    def evaluation_replicas(self) -> dict[int, Any]:
+        return {self.ctx.workers[0]: self.replicas[0]}
+
+    def epochs_completed(self) -> float:
+        return sum(d.epochs_completed for d in self.data) / len(self.data)
+
+    def _bind(self, index: int) -> Process:
+        def run(rt: Runtime):
+            return self._worker(rt, index)
+        return run
+
+    def _worker(self, rt: Runtime, index: int) -> Generator:
+        raise NotImplementedError

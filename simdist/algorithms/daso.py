@@ -58,7 +58,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ..errors import InputError
 from ..runtime.base import Runtime
-from .base import ALGORITHMS, Algorithm, AlgorithmConfig, AlgorithmContext, Process
+from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm, Process
 from .daso_math import (Schedule, ScheduleOptions, bf16_average, daso_merge, initial_schedule, next_schedule,
                         to_bf16)
 from .tensors import cast
@@ -162,7 +162,7 @@ class _Pending:
                      citation="Coquelin et al., Accelerating neural network training with distributed asynchronous "
                               "and selective optimization (DASO), J. Big Data 9, 14 (2022); Heat heat.optim.DASO",
                      config=DasoConfig)
-class Daso(Algorithm):
+class Daso(PeerAlgorithm):
     """DASO: hierarchical, partly asynchronous data parallelism."""
 
     Config = DasoConfig
@@ -170,20 +170,9 @@ class Daso(Algorithm):
     def __init__(self, config: DasoConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
         self.nodes = node_layout(ctx.workers, ctx.node_of)
-        self.replicas = [ctx.make_replica() for _ in ctx.workers]
-        self.data = [ctx.make_data(i) for i in range(ctx.n_workers)]
         self.options = config.options(ctx.max_epochs)
 
-    def processes(self) -> dict[int, Process]:
-        return {rank: self._worker_process(i) for i, rank in enumerate(self.ctx.workers)}
-
-    def evaluation_replicas(self) -> dict[int, Any]:
-        return {self.ctx.workers[0]: self.replicas[0]}
-
-    def epochs_completed(self) -> float:
-        return sum(d.epochs_completed for d in self.data) / len(self.data)
-
-    def _worker_process(self, index: int) -> Process:
+    def _bind(self, index: int) -> Process:
         rank = self.ctx.workers[index]
         node = next(n for n, ranks in enumerate(self.nodes) if rank in ranks)
 

@@ -44,7 +44,7 @@ from pydantic import Field, field_validator
 
 from ..runtime.base import Runtime
 from ..runtime.collectives import COLLECTIVES
-from .base import ALGORITHMS, Algorithm, AlgorithmConfig, AlgorithmContext, Process
+from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .dcs3gd_math import Schedule, dcs3gd_update, distance_to_average, local_update, overlap_fraction, tensor_norm
 
 __all__ = ["Dcs3gdConfig", "Dcs3gd", "DEFAULT_UPDATE_TIME_PER_PARAM_S"]
@@ -85,15 +85,13 @@ class Dcs3gdConfig(AlgorithmConfig):
                                "with the next gradient, delay-compensated (staleness 1)",
                      citation="A. Rigazzi, DC-S3GD: Delay-Compensated Stale-Synchronous SGD for Large-Scale "
                               "Decentralized Neural Network Training, arXiv:1911.02516, 2019", config=Dcs3gdConfig)
-class Dcs3gd(Algorithm):
+class Dcs3gd(PeerAlgorithm):
     """DC-S3GD: every worker allreduces its last step while computing the next gradient."""
 
     Config = Dcs3gdConfig
 
     def __init__(self, config: Dcs3gdConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
-        self.replicas = [ctx.make_replica() for _ in ctx.workers]
-        self.data = [ctx.make_data(i) for i in range(ctx.n_workers)]
         opt = ctx.workload.optimizer_config
         self.schedule = Schedule.build(
             opt.lr, opt.weight_decay, ctx.n_workers, lr_scaling=config.lr_scaling,
@@ -111,20 +109,6 @@ class Dcs3gd(Algorithm):
         if ctx.max_epochs is None:
             return None
         return ctx.max_epochs * math.ceil(self.data[0].sharder.shard_size / ctx.batch_size)
-
-    def processes(self) -> dict[int, Process]:
-        return {rank: self._bind(i) for i, rank in enumerate(self.ctx.workers)}
-
-    def evaluation_replicas(self) -> dict[int, Any]:
-        return {self.ctx.workers[0]: self.replicas[0]}
-
-    def epochs_completed(self) -> float:
-        return sum(d.epochs_completed for d in self.data) / len(self.data)
-
-    def _bind(self, index: int) -> Process:
-        def run(rt: Runtime):
-            return self._worker(rt, index)
-        return run
 
     def _worker(self, rt: Runtime, index: int):
         ctx, config, schedule = self.ctx, self.config, self.schedule

@@ -53,7 +53,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ..runtime.base import Runtime
-from .base import ALGORITHMS, Algorithm, AlgorithmConfig, AlgorithmContext, Process
+from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .nnt_topology import Layout, make_layout
 
 __all__ = ["NntConfig", "Nnt", "TAG_GRADIENT", "sgd_step", "best_worker"]
@@ -112,7 +112,7 @@ class _WorkerState:
                             "neighbours' gradients; every epoch all restart from the best worker",
                      citation="ALGORITHMS.md §7 (nearest-neighbour gradient exchange on a logical torus)",
                      config=NntConfig)
-class Nnt(Algorithm):
+class Nnt(PeerAlgorithm):
     """Nearest-neighbour gradient exchange with periodic restarts from the best replica."""
 
     Config = NntConfig
@@ -120,24 +120,11 @@ class Nnt(Algorithm):
     def __init__(self, config: NntConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
         self.layout: Layout = make_layout(config.topology, ctx.n_workers, config.grid_shape)
-        self.replicas = [ctx.make_replica() for _ in ctx.workers]
-        self.data = [ctx.make_data(i) for i in range(ctx.n_workers)]
         self.lr = ctx.workload.optimizer_config.lr
         self.update_s = config.update_time_per_param * ctx.workload.param_count
 
-    def processes(self) -> dict[int, Process]:
-        return {rank: self._bind(i) for i, rank in enumerate(self.ctx.workers)}
-
     def evaluation_replicas(self) -> dict[int, Any]:
         return dict(zip(self.ctx.workers, self.replicas))
-
-    def epochs_completed(self) -> float:
-        return sum(d.epochs_completed for d in self.data) / len(self.data)
-
-    def _bind(self, index: int) -> Process:
-        def run(rt: Runtime):
-            return self._worker(rt, index)
-        return run
 
     def _apply(self, replica: Any, grad: Any) -> None:
         if self.config.update_rule == "optimizer":

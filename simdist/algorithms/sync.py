@@ -28,7 +28,7 @@ from pydantic import Field, field_validator, model_validator
 from ..runtime.base import Runtime
 from ..runtime.collectives import COLLECTIVES
 from ..units import parse_size
-from .base import ALGORITHMS, Algorithm, AlgorithmConfig, AlgorithmContext, Process
+from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .tensors import cast, flat_concat, flat_slice
 
 __all__ = ["SyncConfig", "Sync", "Bucket", "gradient_buckets", "PRESETS", "COMPRESSION_DTYPES"]
@@ -119,32 +119,16 @@ def average_gradient(total: Any, n_workers: int) -> Any:
 
 @ALGORITHMS.register("sync", "synchronous data-parallel SGD: allreduce-average of gradients every step",
                      config=SyncConfig)
-class Sync(Algorithm):
+class Sync(PeerAlgorithm):
     """Synchronous SGD; replicas stay identical."""
 
     Config = SyncConfig
 
     def __init__(self, config: SyncConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
-        self.replicas = [ctx.make_replica() for _ in ctx.workers]
-        self.data = [ctx.make_data(i) for i in range(ctx.n_workers)]
         self.wire_dtype = COMPRESSION_DTYPES[config.compression]
         element_bytes = torch.empty((), dtype=self.wire_dtype or torch.float32).element_size()
         self.buckets = gradient_buckets(ctx.workload.layers, config.bucket_bytes, element_bytes)
-
-    def processes(self) -> dict[int, Process]:
-        return {rank: self._worker_process(i) for i, rank in enumerate(self.ctx.workers)}
-
-    def evaluation_replicas(self) -> dict[int, Any]:
-        return {self.ctx.workers[0]: self.replicas[0]}
-
-    def epochs_completed(self) -> float:
-        return sum(d.epochs_completed for d in self.data) / len(self.data)
-
-    def _worker_process(self, index: int) -> Process:
-        def run(rt: Runtime):
-            return self._worker(rt, index)
-        return run
 
     def _to_wire(self, grad: Any) -> Any:
         return grad if self.wire_dtype is None else cast(grad, self.wire_dtype)
