@@ -4,6 +4,9 @@
     simdist compare SCENARIO [--out DIR] [--set key=value]... [--only LABEL]... [--overwrite]
     simdist plot RESULT_DIR [--out DIR]
     simdist calibrate compute|network|trace|cpu-share ...
+    simdist validate SCENARIO --ranks N [--out DIR] ...
+    simdist sweep SCENARIO [--out DIR] [--backend local|dask] [--jobs N]
+    simdist report SWEEP_DIR [--out reports]
     simdist list algorithms|platforms|models|datasets|collectives|links|devices|network-models
     simdist schema
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -85,8 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the JSON Schema of scenario files")
 
     from .calibrate.cli import add_calibrate_parser
+    from .real.cli import add_validate_parser
+    from .sweep_cli import add_sweep_parsers
 
     add_calibrate_parser(sub)
+    add_validate_parser(sub)
+    add_sweep_parsers(sub)
     return parser
 
 
@@ -123,7 +131,7 @@ def _cmd_run(args) -> int:
     from .simulate import simulate
 
     scenario = load_scenario(args.scenario, args.overrides, timing_only=args.timing_only)
-    out = Path(args.out) if args.out else Path("results") / scenario.name
+    out = Path(args.out) if args.out else default_out_dir(scenario.name, args.scenario)
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise InputError(f"result directory {str(out)!r} already exists; pass --overwrite to replace it",
                          source="--out")
@@ -145,12 +153,23 @@ def _cmd_run(args) -> int:
     return 0
 
 
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
+
+
+def default_out_dir(name: str, source: str) -> Path:
+    """``results/<name>``, refusing a name that would write outside ``results/``."""
+    if not _SAFE_NAME.fullmatch(name) or ".." in name:
+        raise InputError(f"{name!r} would be the result folder results/<name>; use letters, digits and _.+=- "
+                         "(no '/' or '..'), or pass --out", source=source, field="name")
+    return Path("results") / name
+
+
 def _cmd_compare(args) -> int:
     from .compare import run_comparison
     from .scenario import read_scenario_file
 
     name = read_scenario_file(args.scenario).get("name", Path(args.scenario).stem)
-    out = Path(args.out) if args.out else Path("results") / str(name)
+    out = Path(args.out) if args.out else default_out_dir(str(name), args.scenario)
     bars: list[_LazyProgress] = []
 
     def progress(label: str):
@@ -211,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "compare": _cmd_compare, "plot": _cmd_plot, "list": _cmd_list, "schema": _cmd_schema}
     try:
-        return args.func(args) if args.command == "calibrate" else handlers[args.command](args)
+        if args.command in handlers:
+            return handlers[args.command](args)
+        return args.func(args)  # calibrate, validate, sweep, report
     except InputError as exc:
         print(f"simdist: error: {exc}", file=sys.stderr)
         return EXIT_INPUT

@@ -23,8 +23,8 @@ class InputError(SimdistError, ValueError):
 
     def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
         self.message = " ".join(str(message).split())  # always one line
-        self.source = source
-        self.field = field
+        self.source = _one_line(source)
+        self.field = _one_line(field)
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
@@ -37,6 +37,13 @@ class InputError(SimdistError, ValueError):
         if field_prefix:
             field = f"{field_prefix}.{field}" if field else field_prefix
         return InputError(self.message, source=source or self.source, field=field)
+
+
+def _one_line(text: str | None) -> str | None:
+    """Control characters (a key or file name may hold a newline) escaped, so the error stays one line."""
+    if text is None or text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 class SimulationError(SimdistError, RuntimeError):

@@ -204,6 +204,7 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "algorithm": result.algorithm,
         "timing_only": result.timing_only,
         "status": result.status,
+        "faults": jsonable(result.extra.get("faults")),  # crashed ranks and what was dropped (docs/faults.md)
         "packages": package_versions(),
         "content_hash": content_hash(result.scenario, result.platform, result.seed),
         "summary": summary,

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InputError
+from .faults import FaultsConfig, check_faults
 from .platform.presets import PLATFORMS
 from .platform.spec import PlatformSpec, Seconds
 from .platform.stragglers import StragglerSpec
@@ -30,7 +31,7 @@ from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
 from .yamlio import safe_load_limited
 
-__all__ = ["ComparePoint", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
+__all__ = ["ComparePoint", "SweepConfig", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
            "OutputConfig", "load_scenario", "scenario_from_dict", "apply_overrides", "format_validation_error",
            "MAX_SCENARIO_BYTES", "scenario_json_schema"]
 
@@ -78,6 +79,10 @@ class StopConfig(_Config):
     virtual_time: Seconds | None = Field(None, description="virtual time limit, e.g. '30s'")
     target_accuracy: float | None = Field(None, gt=0, le=1, description="test accuracy whose first time is reported")
     stop_at_target: bool = Field(True, description="end the run once target_accuracy is reached")
+    max_events: int = Field(20_000_000, ge=1, description="guard: end the run (status event_limit) after this many "
+                            "simulation events, so that no scenario can loop forever")
+    max_wall_time: Seconds | None = Field(None, description="guard: end the run (status wall_time_limit) after this "
+                                          "much real time, e.g. '10min' (default: none)")
 
     @model_validator(mode="after")
     def _some_limit(self):
@@ -85,6 +90,8 @@ class StopConfig(_Config):
             raise ValueError("give at least one of epochs, steps or virtual_time (target_accuracy alone may never be met)")
         if self.virtual_time is not None and self.virtual_time <= 0:
             raise ValueError("virtual_time must be greater than zero")
+        if self.max_wall_time is not None and self.max_wall_time <= 0:
+            raise ValueError("max_wall_time must be greater than zero")
         return self
 
 
@@ -151,6 +158,33 @@ class ComparePoint(_Config):
     set: dict[str, Any] = Field(default_factory=dict, description="{dotted.key: value}; a mapping value replaces the subtree")
 
 
+class SweepConfig(_Config):
+    """Sweep axes run by 'simdist sweep': every combination of the grid, then each listed point.
+
+    Keys are dotted scenario fields (``workers``, ``algorithm.name``, ``platform.nodes`` ...);
+    a mapping value replaces the subtree. A grid key naming several fields joined by commas
+    (``"workers,workload.batch_size"``) is one axis whose values are lists of as many values
+    (linked fields: strong scaling). Points are validated one by one by :mod:`simdist.sweep`.
+    """
+
+    grid: dict[str, list[Any]] = Field(default_factory=dict,
+                                       description="{dotted.key: [values...]}: every combination is a point")
+    points: list[dict[str, Any]] = Field(default_factory=list,
+                                         description="[{dotted.key: value, ...}]: further points, after the grid's")
+
+    @field_validator("grid")
+    @classmethod
+    def _non_empty_axes(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in value.items():
+            if not values:
+                raise ValueError(f"axis {key!r} has no values")
+            fields = key.split(",")
+            if len(fields) > 1 and not all(isinstance(v, list) and len(v) == len(fields) for v in values):
+                raise ValueError(f"axis {key!r} links {len(fields)} fields: each value must be a list of "
+                                 f"{len(fields)} values")
+        return value
+
+
 class Scenario(_Config):
     """A complete, validated scenario."""
 
@@ -166,8 +200,11 @@ class Scenario(_Config):
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     outputs: OutputConfig = Field(default_factory=OutputConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig,
+                                 description="node crashes and link degradation windows (docs/faults.md)")
     compare: list[ComparePoint] = Field(default_factory=list,
                                         description="variants run side by side by 'simdist compare' (labels unique)")
+    sweep: SweepConfig = Field(default_factory=SweepConfig, description="points run by 'simdist sweep' (a grid and/or listed points)")
     source: str | None = Field(None, description="the file this scenario was read from (set by the loader)")
 
     @property
@@ -283,6 +320,12 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _check_reference(path: Path, what: str, source: str | None, field: str) -> None:
+    """A file the scenario refers to must exist: a dangling reference names the scenario and field."""
+    if not path.exists():
+        raise InputError(f"{path}: {what} file not found", source=source, field=field)
+
+
 def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[str, Any]:
     """A platform mapping from a preset name, a file path, or {preset|file, overlays, fields...}.
 
@@ -302,14 +345,21 @@ def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[st
     base: dict[str, Any] = {}
     if "preset" in value:
         name = value.pop("preset")
-        if name not in PLATFORMS:
+        if not isinstance(name, str) or name not in PLATFORMS:
             raise InputError(f"unknown platform preset {name!r}; known: {', '.join(PLATFORMS.names())}",
                              source=source, field="platform.preset")
         base = PLATFORMS.get(name)()
     elif "file" in value:
-        base = _read_yaml_mapping(base_dir / str(value.pop("file")), "platform")
+        path = base_dir / str(value.pop("file"))
+        _check_reference(path, "platform", source, "platform.file")
+        base = _read_yaml_mapping(path, "platform")
         base.pop("provenance", None)
-    for overlay in overlays:
+        try:  # a platform file stands alone: its own errors name it, not the scenario
+            PlatformSpec.model_validate(base)
+        except ValidationError as exc:
+            raise format_validation_error(exc, source=str(path)) from None
+    for i, overlay in enumerate(overlays):
+        _check_reference(base_dir / overlay, "platform overlay", source, f"platform.overlays[{i}]")
         layer = _read_yaml_mapping(base_dir / overlay, "platform overlay")
         layer.pop("provenance", None)
         base = _merge(base, layer)
@@ -360,6 +410,7 @@ def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> 
         if missing:
             raise InputError(f"rank {missing[0]} does not exist (the platform has ranks 0..{devices - 1})",
                              source=source, field=f"compute.stragglers[{i}].ranks")
+    check_faults(scenario.faults, scenario.platform, source)
     if scenario.workload.timing_only and scenario.stop.target_accuracy is not None:
         raise InputError("timing-only runs compute no accuracy; remove stop.target_accuracy or timing_only",
                          source=source, field="stop.target_accuracy")

@@ -23,6 +23,7 @@ import torch
 
 from .algorithms import ALGORITHMS, AlgorithmContext
 from .errors import InputError
+from .faults import FaultInjector
 from .platform.compute import ComputeModel, default_profile_paths, load_profiles
 from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
@@ -88,10 +89,13 @@ class Simulation:
         self.timing_only = scenario.workload.timing_only
         self.platform = Platform(scenario.platform)
         self.workers = list(range(scenario.worker_count))
-        self.workload = build_workload(
-            scenario.workload.model.name, scenario.workload.model.options,
-            scenario.workload.dataset.name, scenario.workload.dataset.options,
-            scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import)
+        try:
+            self.workload = build_workload(
+                scenario.workload.model.name, scenario.workload.model.options,
+                scenario.workload.dataset.name, scenario.workload.dataset.options,
+                scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import)
+        except InputError as exc:  # name the scenario file, as every input error does
+            raise exc.at(source=exc.source or scenario.source) from None
         if self.workload.dataset.shape_only and not self.timing_only:
             raise InputError(f"dataset {self.workload.dataset.name!r} holds no sample values; it needs "
                              "workload.timing_only: true (or --timing-only)", source=scenario.source,
@@ -119,6 +123,8 @@ class Simulation:
         self._last_progress_wall = 0.0
         self._executed = False
         self.process_ranks: list[int] = []
+        self.events_processed = 0
+        self._background: set[simpy.Event] = set()  # timers that must not keep a stalled run alive
 
     def _make_algorithm(self):
         s = self.scenario
@@ -179,8 +185,14 @@ class Simulation:
 
     def _timed_evaluations(self, every_s: float):
         while True:
-            yield self.world.env.timeout(every_s)
+            yield self.background(self.world.env.timeout(every_s))
             self.evaluate()
+
+    def background(self, event: simpy.Event) -> simpy.Event:
+        """Mark a timer as background: a queue holding only such timers means the run has stalled."""
+        self._background.add(event)
+        event.callbacks.append(self._background.discard)
+        return event
 
     def _report_progress(self) -> None:
         if self.progress is None:
@@ -206,24 +218,49 @@ class Simulation:
         processes = {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
                      for rank, make in self.algorithm.processes().items()}
         self.process_ranks = sorted(processes)
-        worker_processes = [processes[r] for r in self.workers if r in processes]
-        waits = [simpy.AllOf(env, worker_processes), self.stop_event]
+        injector = FaultInjector(self.scenario.faults, self.world, self.background)
+        crashes = injector.crash_events()
+        injector.schedule_degradations()
+        # a worker is done when its process ends or its node crashes (a crashed rank never ends)
+        worker_done = [simpy.AnyOf(env, [processes[r], crashes[r]]) if r in crashes else processes[r]
+                       for r in self.workers if r in processes]
+        waits = [simpy.AllOf(env, worker_done), self.stop_event]
         if self.scenario.stop.virtual_time is not None:
-            waits.append(env.timeout(self.scenario.stop.virtual_time))
+            waits.append(self.background(env.timeout(self.scenario.stop.virtual_time)))
         if self.scenario.evaluation.every_time is not None and not self.timing_only:
             env.process(self._timed_evaluations(self.scenario.evaluation.every_time))
         self.evaluate()
-        try:
-            env.run(until=simpy.AnyOf(env, waits))
-        except RuntimeError as exc:  # the event queue ran dry before any stop condition: a deadlock
-            if "No scheduled events left" not in str(exc):
-                raise
-            return "stalled"
+        guard = self._step_until(simpy.AnyOf(env, waits))
         if self.stop.reason is not None:
             return self.stop.reason
-        if all(p.triggered for p in worker_processes):
+        if guard is not None:
+            return guard
+        if all(p.triggered for p in worker_done):
             return "completed"
         return "time_limit"
+
+    def _step_until(self, until: simpy.Event) -> str | None:
+        """Process events until ``until`` has been processed (as ``env.run(until=...)`` does).
+
+        Returns ``None`` then, or the guard that ended the run first: ``stalled`` when only
+        background timers (evaluation, fault, time-limit timers) are left — no process can
+        ever move again —, ``event_limit`` after ``stop.max_events`` events, ``wall_time_limit``
+        after ``stop.max_wall_time`` seconds of real time.
+        """
+        env, stop = self.world.env, self.scenario.stop
+        queue = env._queue  # SimPy's heap of (time, priority, id, event): read only, to tell a stall
+        background = self._background
+        wall_deadline = None if stop.max_wall_time is None else time.perf_counter() + stop.max_wall_time
+        while not until.processed:
+            if len(queue) <= len(background) and all(item[3] in background for item in queue):
+                return "stalled"
+            env.step()
+            self.events_processed += 1
+            if self.events_processed >= stop.max_events and not until.processed:
+                return "event_limit"
+            if wall_deadline is not None and not self.events_processed & 1023 and time.perf_counter() > wall_deadline:
+                return "wall_time_limit"
+        return None
 
 
     def execute(self) -> RunResult:
@@ -259,7 +296,16 @@ class Simulation:
             target_accuracy=scenario.stop.target_accuracy, epochs=self.algorithm.epochs_completed(),
             timing_only=self.timing_only,
             extra={"compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
-                   "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values())})
+                   "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
+                   "events": self.events_processed, "faults": self._fault_figures()})
+
+    def _fault_figures(self) -> dict[str, Any]:
+        """Crashed ranks and what was lost with them (all zero without faults)."""
+        dropped = self.world.dropped
+        return {"crashed_ranks": sorted(self.world.crashed),
+                "dropped_messages": sum(dropped["messages"].values()),
+                "dropped_bytes": sum(dropped["bytes"].values()),
+                "dropped_gradients": sum(dropped["gradients"].values())}
 
 
 def simulate(scenario: Scenario, *, progress: Progress | None = None) -> RunResult:

@@ -60,11 +60,23 @@ def default_profile_paths() -> list[Path]:
     return sorted(_REPO_PROFILES.glob("*.yaml")) if _REPO_PROFILES.is_dir() else []
 
 
+_MAX_PROFILE_BYTES = 1 << 20  # a profile is a few lines per model
+
+
 def _read_profile(path: Path) -> dict:
+    from ..yamlio import safe_load_limited
+
     try:
-        data = yaml.safe_load(path.read_text())
+        if path.stat().st_size > _MAX_PROFILE_BYTES:
+            raise InputError(f"file is {path.stat().st_size} bytes; a compute profile may be at most "
+                             f"{_MAX_PROFILE_BYTES} bytes", source=str(path))
+        data = safe_load_limited(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise InputError("compute profile file not found", source=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not a text file (expected a UTF-8 YAML compute profile)", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read compute profile file ({exc.strerror or exc})", source=str(path)) from None
     except yaml.YAMLError as exc:
         raise InputError(f"not valid YAML ({str(exc).splitlines()[0]})", source=str(path)) from None
     if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(data.get("models"), dict):

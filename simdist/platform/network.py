@@ -14,10 +14,13 @@ for grid and cloud simulations", ACM TOMACS 23(4), 2013 (SimGrid's flow model).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+import numpy as np
 
 from ..registry import Registry
 from .topology import Link
@@ -34,7 +37,20 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) ->
     a link's unfrozen flows); freeze every flow crossing a link with that share (those links
     saturate together) and subtract; repeat. Every flow ends with a bottleneck link that is
     saturated and on which it has the largest rate. A flow with an empty route gets ``inf``.
+
+    Small problems (the common case inside a simulation) run in plain Python; from
+    :data:`_VECTOR_ABOVE` route entries on, the same allocation is computed on NumPy arrays,
+    freezing every link that is already final in one round (see :func:`_max_min_rates_numpy`).
     """
+    if sum(len(route) for route in routes) > _VECTOR_ABOVE:
+        return _max_min_rates_numpy(routes, capacity)
+    return _max_min_rates_python(routes, capacity)
+
+
+_VECTOR_ABOVE = 256  # route entries (flow-link incidences) above which the NumPy solver is faster
+
+
+def _max_min_rates_python(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
     rates = [float("inf")] * len(routes)
     remaining: dict[int, float] = {}
     users: dict[int, set[int]] = defaultdict(set)
@@ -58,6 +74,61 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) ->
                     if not flows_here:
                         del users[link]
     return rates
+
+
+def _max_min_rates_numpy(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
+    """The same allocation as :func:`_max_min_rates_python`, many filling levels per round.
+
+    Fair shares only grow as filling proceeds (freezing flows at a level no higher than a
+    link's share leaves that link's share no lower). So a link whose share is no larger than
+    the share of every other link its unfrozen flows cross is already final: progressive
+    filling would freeze its flows at exactly that share. Each round freezes all such links at
+    once, so the rounds number the longest chain of bottleneck dependencies, not the levels.
+    """
+    n_flows = len(routes)
+    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=n_flows)
+    flat = np.array(list(itertools.chain.from_iterable(routes)), dtype=np.int64)
+    flow_of = np.repeat(np.arange(n_flows, dtype=np.int64), lengths)
+    n_links = len(capacity)
+    remaining = np.append(np.asarray(capacity, dtype=float), np.inf)  # a padding link that never binds
+    # a flow counts once on a link however often its route names it; it subtracts once per mention
+    pair = np.sort(flow_of * n_links + flat)
+    if pair.size > 1 and np.any(pair[1:] == pair[:-1]):
+        pair = np.unique(pair)
+    count = np.append(np.bincount(pair % n_links, minlength=n_links).astype(float), 0.0)
+    routed = np.flatnonzero(lengths > 0)
+    width = int(lengths.max()) if n_flows else 0
+    column = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    table = np.full((n_flows, max(width, 1)), n_links, dtype=np.int64)  # route of each flow, padded
+    table[flow_of, column] = flat
+    rates = np.full(n_flows, np.inf)
+    tie = 1e-12  # relative: shares this close count as equal (as in the plain solver)
+    active, routes_left = routed, table[routed]
+    while active.size:
+        live = count > 0
+        share = np.full(n_links + 1, np.inf)
+        np.divide(remaining, count, out=share, where=live)
+        incidence_share = share[routes_left]
+        flow_min = incidence_share.min(axis=1)
+        # a link is final unless one of its flows can be held lower by another link
+        with np.errstate(invalid="ignore"):  # inf - inf on links that no finite flow crosses
+            held_lower = flow_min[:, None] < incidence_share - np.abs(incidence_share) * tie
+        not_final = np.zeros(n_links + 1, dtype=bool)
+        not_final[routes_left[held_lower]] = True
+        final = live & ~not_final
+        frozen = final[routes_left].any(axis=1)
+        level = np.maximum(flow_min[frozen], 0.0)
+        rates[active[frozen]] = level
+        frozen_routes = routes_left[frozen]
+        remaining -= np.bincount(frozen_routes.ravel(), weights=np.repeat(level, frozen_routes.shape[1]),
+                                 minlength=n_links + 1)
+        frozen_flow = np.zeros(n_flows, dtype=bool)
+        frozen_flow[active[frozen]] = True
+        frozen_pairs = frozen_flow[pair // n_links]
+        count[:n_links] -= np.bincount(pair[frozen_pairs] % n_links, minlength=n_links)
+        pair = pair[~frozen_pairs]
+        active, routes_left = active[~frozen], routes_left[~frozen]
+    return rates.tolist()
 
 
 @dataclass(eq=False)
@@ -91,6 +162,7 @@ class FlowNetwork:
         self.env = env
         self.links = list(links)
         self._capacity = [link.bandwidth_Bps for link in self.links]
+        self._windows: dict[int, list[float]] = {}  # link index -> factors of open degradation windows
         self.active: list[Flow] = []
         self._last_advance_s = 0.0
         self._timer_generation = 0
@@ -122,6 +194,26 @@ class FlowNetwork:
         else:
             self._start(flow)
         return done
+
+    def degrade(self, link_indices: Sequence[int], factor: float, *, active: bool) -> None:
+        """Open (``active``) or close a window multiplying the links' capacity by ``factor``.
+
+        Overlapping windows multiply; a link's capacity is recomputed from its nominal
+        bandwidth, so closing every window restores it exactly. Rates re-solve at this instant.
+        """
+        self._advance(self.env.now)
+        for index in link_indices:
+            windows = self._windows.setdefault(index, [])
+            if active:
+                windows.append(factor)
+            else:
+                windows.remove(factor)
+            capacity = self.links[index].bandwidth_Bps
+            for f in windows:
+                capacity *= f
+            self._capacity[index] = capacity
+        if self.active:
+            self._resolve_soon()
 
     def finalize(self, now_s: float) -> None:
         """Close the busy intervals of links still carrying flows at the end of the run."""

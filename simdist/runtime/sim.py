@@ -114,6 +114,8 @@ class SimWorld:
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(platform)
         self._computing_on_node: dict[int, int] = {}
+        self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
+        self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
 
     def _core_sharing(self, platform: Platform) -> tuple[FlowNetwork, list[tuple[Link, Link]]] | None:
         """Processor sharing of node cores: a flow network of rank caps and per-node core pools."""
@@ -152,8 +154,27 @@ class SimWorld:
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
             waited_from = self.env.now
             value = yield request.event
+            if rank in self.crashed:  # the node died while this rank waited: it never runs again
+                if request.kind == "compute":
+                    self._count_drop("gradients", rank, 1)
+                return
             if request.kind == "comm":
                 self._account_blocking(rank, request, waited_from)
+
+    def crash(self, node: int, ranks: Iterable[int]) -> None:
+        """The node's ranks stop now: not resumed again; their undelivered mail is dropped."""
+        for rank in ranks:
+            self.crashed.add(rank)
+            for message in self._mailboxes[rank]:
+                self._count_drop("messages", rank, 1)
+                self._count_drop("bytes", rank, message.nbytes)
+            self._mailboxes[rank].clear()
+        self.recorder.event("node_crash", time_s=self.env.now, rank=-1, node=node,
+                            ranks=",".join(str(r) for r in ranks))
+
+    def _count_drop(self, what: str, rank: int, amount: float) -> None:
+        counts = self.dropped[what]
+        counts[rank] = counts.get(rank, 0) + amount
 
     def _account_blocking(self, rank: int, request: Request, waited_from: float) -> None:
         now = self.env.now
@@ -234,6 +255,10 @@ class SimWorld:
         return (src == ANY or message.src == src) and (tag == ANY or message.tag == tag)
 
     def _deliver(self, message: Message) -> None:
+        if message.dst in self.crashed:  # the bytes crossed the links; nobody is there to read them
+            self._count_drop("messages", message.dst, 1)
+            self._count_drop("bytes", message.dst, message.nbytes)
+            return
         waiters = self._recv_waiters[message.dst]
         for i, waiter in enumerate(waiters):
             if self._matches(message, waiter.src, waiter.tag):

@@ -1,0 +1,58 @@
+"""``simdist validate SCENARIO --ranks N``: a real MPI run against its simulation.
+
+    simdist validate SCENARIO --ranks N [--out DIR] [--set KEY=VALUE]... [--threads T]
+                     [--affinity '0;0;1'] [--network-overlay FILE] [--profile FILE] [--cores C]
+                     [--timeout-s S] [--no-plots]
+
+Writes ``DIR/real`` and ``DIR/sim`` (result directories), ``DIR/validation.csv``,
+``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the summary.
+:func:`add_validate_parser` adds the command and sets ``func`` to the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["add_validate_parser"]
+
+
+def add_validate_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("validate", help="run a scenario for real under mpiexec and compare with its simulation")
+    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("--ranks", type=int, required=True, help="MPI processes (= platform ranks, servers included)")
+    parser.add_argument("--out", help="output folder (default: results/validate-<scenario name>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario field in both runs (repeatable)")
+    parser.add_argument("--threads", "--cpus-per-rank", dest="threads", type=int, default=None,
+                        help="torch threads per rank (default: the scenario's compute.threads)")
+    parser.add_argument("--affinity", default=None,
+                        help="real run only: cores per rank, ';'-separated (e.g. '0;0;1': ranks 0 and 1 share core 0); "
+                             "describe the same sharing to the simulator with --set platform.device_overrides=...")
+    parser.add_argument("--network-overlay", default=None,
+                        help="platform overlay for the simulation (default: calibration/platforms/host-shm.yaml)")
+    parser.add_argument("--profile", default=None,
+                        help="compute profile for the simulation (default: measure the scenario's model here first)")
+    parser.add_argument("--cores", type=float, default=None,
+                        help="host cores the ranks share in the simulation (default: os.cpu_count())")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="limit of the real run")
+    parser.add_argument("--no-plots", action="store_true", help="no figures")
+    parser.set_defaults(func=_cmd_validate)
+    return parser
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..errors import InputError
+    from .validate import validate
+
+    if args.ranks < 1:
+        raise InputError("must be at least 1", source="--ranks")
+    out = args.out or f"results/validate-{Path(args.scenario).stem}"
+    summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
+                       affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,
+                       cores=args.cores, timeout_s=args.timeout_s,
+                       plots=not args.no_plots)
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,402 @@
+"""MPIRuntime: the Runtime seam over MPI, with wall-clock time (one OS process per rank).
+
+The same algorithm generators the simulator drives are driven here by :class:`MPIDriver`,
+which turns each yielded request into MPI calls and records wall-clock spans into a
+:class:`~simdist.recorder.Recorder` with the simulator's schema:
+
+* ``compute`` runs the real forward/backward at the call, synchronously (its request is
+  already complete when yielded; ``at_fraction`` therefore gives no overlap);
+* ``send``/``recv``/``poll`` are pickled point-to-point messages (buffered ``ibsend``, so a
+  send completes at the call like a delivery into the simulator's mailbox; matched probe on
+  the receiving side), carrying the send time so a receive splits into ``wait`` (sender not there yet) and
+  ``comm``;
+* collectives run non-blocking (``Iallreduce``, ``Ibcast``, ``Iallgather``) on a
+  communicator per group made with ``Create_group`` at the group's first collective; a tiny
+  ``Iallreduce(MAX)`` of arrival times beside each one tells when the last member arrived
+  (``wait`` before it, ``comm`` after);
+* ``busy`` costs nothing extra: the work it models (a server's update) is real here.
+
+Every wait is a test loop that also watches a control communicator, so a rank can be told
+to stop (step limit reached elsewhere, every worker done) while blocked. Half-precision
+tensors are reduced in float32 and cast back; bfloat16 moves as int16 bits otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any, Generator, Iterable
+
+import numpy as np
+import torch
+
+from ..errors import SimulationError
+from ..recorder import Recorder
+from ..runtime.base import ANY, GradResult, Group, Message
+from ..training.replica import payload_nbytes
+
+__all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped"]
+
+CTL_STOP, CTL_DONE = 1, 2
+BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are touched only when used)
+_SPIN_TESTS = 200  # test this often back to back before sleeping between tests
+_SLEEP_S = 50e-6
+
+
+class Stopped(Exception):
+    """The run was stopped (step limit, time limit, every worker done) while this rank waited."""
+
+
+class _Request:
+    """A runtime request: ``test()`` True once done; ``value`` then holds its result."""
+
+    kind = "comm"
+
+    def __init__(self, name: str, started_s: float | None = None, value: Any = None, done: bool = False):
+        self.name = name
+        self.started_s = started_s
+        self.value = value
+        self.done = done
+        self.blocking = True
+        self.issued_s = 0.0
+
+    def test(self) -> bool:
+        return self.done
+
+
+class _Done(_Request):
+    def __init__(self, kind: str, name: str, started_s: float, value: Any = None):
+        super().__init__(name, started_s, value, True)
+        self.kind = kind
+
+
+class ComputeRequest(_Request):
+    """A finished forward/backward: its value is the :class:`GradResult`."""
+
+    kind = "compute"
+
+    def __init__(self, result: GradResult):
+        super().__init__("forward/backward", result.start_s, result, True)
+
+    def partial_result(self) -> GradResult:
+        return self.value
+
+    def at_fraction(self, fraction: float) -> _Request:
+        return _Done("progress", self.name, self.started_s)
+
+
+class _SendRequest(_Request):
+    def __init__(self, mpi_request, started_s: float):
+        super().__init__("send", started_s)
+        self._req = mpi_request
+
+    def test(self) -> bool:
+        if not self.done:
+            self.done = self._req.Test()
+        return self.done
+
+
+class _RecvRequest(_Request):
+    def __init__(self, world: "MPIWorld", rank: int, src: int, tag: int):
+        super().__init__("recv")
+        self._world, self._rank, self._src, self._tag = world, rank, src, tag
+
+    def test(self) -> bool:
+        if not self.done:
+            message = self._world.poll(self._rank, self._src, self._tag)
+            if message is not None:
+                self.done, self.value, self.started_s = True, message, message.sent_s
+        return self.done
+
+
+class _CollectiveRequest(_Request):
+    """A non-blocking collective plus the MAX of the members' arrival times."""
+
+    def __init__(self, name: str, requests: list, arrival: np.ndarray, finish, keep: tuple):
+        super().__init__(name)
+        self._requests, self._arrival, self._finish, self._keep = requests, arrival, finish, keep
+
+    def test(self) -> bool:
+        if not self.done:
+            from mpi4py import MPI
+
+            if MPI.Request.Testall(self._requests):
+                self.done, self.started_s, self.value = True, float(self._arrival[0]), self._finish()
+        return self.done
+
+
+def _as_numpy(tensor: torch.Tensor, reduce: bool) -> tuple[np.ndarray, Any]:
+    """A contiguous numpy copy of ``tensor`` and the function turning a same-shaped array back."""
+    t = tensor.detach().contiguous()
+    dtype = t.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        if reduce:
+            return t.float().numpy().copy(), lambda a: torch.from_numpy(a).to(dtype)
+        if dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().copy(), lambda a: torch.from_numpy(a).view(torch.bfloat16)
+    return t.numpy().copy(), torch.from_numpy
+
+
+class MPIWorld:
+    """Shared state of one rank's process in a real run: communicators, clock, recorder."""
+
+    def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
+                 stop_steps: int | None = None, time_limit_s: float | None = None):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm.Dup()  # algorithm messages
+        self.ctl = comm.Dup()  # stop / done notices and the final gather
+        self._create = comm.Dup()  # Create_group traffic
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.recorder = recorder
+        self.gradient = gradient  # (replica, batch) -> (flat grad, loss)
+        self.workers = tuple(workers)
+        self.stop_steps = stop_steps
+        self.time_limit_s = time_limit_s
+        self.step_limit_hit = False
+        self.stop_reason: str | None = None
+        self.done_workers: set[int] = set()
+        self._comms: dict[tuple[int, ...], Any] = {}
+        self._sends: list = []  # fire-and-forget isends stay referenced until complete
+        self._collectives: list = []
+        # buffered sends complete at the call, as the simulator's mailboxes do: a sender never waits for the
+        # receiver to post a receive (it may be inside a blocking Create_group: a deadlock with standard sends)
+        self._bsend_buffer = bytearray(BSEND_BUFFER_BYTES)
+        MPI.Attach_buffer(self._bsend_buffer)
+        self.comm.Barrier()
+        self.t0 = self.comm.bcast(time.perf_counter(), root=0)  # CLOCK_MONOTONIC: one clock per host
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    # -- groups -------------------------------------------------------------------------
+
+    def comm_for(self, group: Group):
+        comm = self._comms.get(group.ranks)
+        if comm is None:
+            if self.rank not in group:
+                raise SimulationError(f"rank {self.rank} uses group {group.ranks} it is not a member of")
+            mpi_group = self._create.Get_group().Incl(list(group.ranks))
+            tag = zlib.crc32(repr(group.ranks).encode()) % 32000
+            comm = self._comms[group.ranks] = self._create.Create_group(mpi_group, tag)
+            mpi_group.Free()
+        return comm
+
+    # -- point to point -------------------------------------------------------------------
+
+    def send(self, dst: int, payload: Any, tag: int) -> _SendRequest:
+        if not 0 <= dst < self.size:
+            raise SimulationError(f"rank {self.rank} sends to rank {dst}, which does not exist")
+        sent = self.now()
+        request = self.comm.ibsend((payload, sent, payload_nbytes(payload)), dest=dst, tag=tag)
+        self._sends = [r for r in self._sends if not r.Test()]
+        self._sends.append(request)
+        return _SendRequest(request, sent)
+
+    def poll(self, rank: int, src: int, tag: int) -> Message | None:
+        MPI = self.MPI
+        status = MPI.Status()
+        message = self.comm.improbe(source=MPI.ANY_SOURCE if src == ANY else src,
+                                    tag=MPI.ANY_TAG if tag == ANY else tag, status=status)
+        if message is None:
+            return None
+        payload, sent, nbytes = message.recv()
+        return Message(status.Get_source(), rank, status.Get_tag(), payload, nbytes, sent, self.now())
+
+    # -- collectives ------------------------------------------------------------------------
+
+    def collective(self, kind: str, group: Group, tensor: Any, root: int | None = None,
+                   blocking: bool = True) -> _CollectiveRequest:
+        MPI = self.MPI
+        comm = self.comm_for(group)
+        arrival, latest = np.array([self.now()]), np.zeros(1)
+        requests = [comm.Iallreduce(arrival, latest, MPI.MAX)]
+        if kind == "barrier":
+            finish, keep = (lambda: None), ()
+        elif kind == "allreduce":
+            send, back = _as_numpy(tensor, reduce=True)
+            recv = np.empty_like(send)
+            requests.append(comm.Iallreduce(send, recv, MPI.SUM))
+            finish, keep = (lambda: back(recv)), (send,)
+        elif kind == "broadcast":
+            buf, back = _as_numpy(tensor, reduce=False)
+            requests.append(comm.Ibcast(buf, root=group.index(root)))
+            finish, keep = (lambda: back(buf)), ()
+        elif kind == "allgather":
+            if isinstance(tensor, torch.Tensor):
+                send, back = _as_numpy(tensor, reduce=False)
+                recv = np.empty((group.size,) + send.shape, dtype=send.dtype)
+                requests.append(comm.Iallgather(send, recv))
+                finish, keep = (lambda: [back(recv[i].copy()) for i in range(group.size)]), (send,)
+            else:  # plain numbers (an accuracy)
+                send = np.array([float(tensor)])
+                recv = np.empty(group.size)
+                requests.append(comm.Iallgather(send, recv))
+                finish, keep = (lambda: [float(v) for v in recv]), (send,)
+        else:
+            raise SimulationError(f"unknown collective {kind!r}")
+        request = _CollectiveRequest(kind, requests, latest, finish, (arrival, keep))
+        request.blocking, request.issued_s = blocking, float(arrival[0])
+        self._collectives.append(request)  # buffers must outlive the operation, even one abandoned at a stop
+        self._collectives = [r for r in self._collectives if not r.done]
+        return request
+
+    # -- control ---------------------------------------------------------------------------
+
+    def check_control(self) -> None:
+        MPI = self.MPI
+        status = MPI.Status()
+        while self.ctl.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+            what = self.ctl.recv(source=status.Get_source(), tag=status.Get_tag())
+            if status.Get_tag() == CTL_STOP:
+                self.stop_reason = self.stop_reason or what
+            else:
+                self.done_workers.add(status.Get_source())
+
+    def notify_all(self, tag: int, what: Any) -> None:
+        for dst in range(self.size):
+            if dst != self.rank:
+                self._sends.append(self.ctl.isend(what, dest=dst, tag=tag))
+
+    def finished(self) -> bool:
+        return self.stop_reason is not None or set(self.workers) <= self.done_workers
+
+    def record(self, rank: int, kind: str, fields: dict[str, Any]) -> None:
+        if kind == "update":
+            self.recorder.update(time_s=self.now(), **fields)
+            if self.stop_steps is not None and int(fields["step"]) >= self.stop_steps:
+                self.step_limit_hit = True
+        else:
+            self.recorder.event(kind, time_s=self.now(), rank=rank, **fields)
+
+
+class MPIRuntime:
+    """One rank's view of an :class:`MPIWorld` (implements :class:`~simdist.runtime.base.Runtime`)."""
+
+    def __init__(self, world: MPIWorld, rank: int):
+        if rank != world.rank:
+            raise SimulationError(f"an MPI process is rank {world.rank}; it cannot act as rank {rank}")
+        self.world = world
+        self.rank = rank
+        self.world_size = world.size
+
+    def now(self) -> float:
+        return self.world.now()
+
+    def compute(self, replica: Any, batch: Any) -> ComputeRequest:
+        start = self.now()
+        grad, loss = self.world.gradient(replica, batch)
+        end = self.now()
+        self.world.recorder.span(self.rank, "compute", "forward/backward", start, end, batch_size=int(batch.size))
+        return ComputeRequest(GradResult(grad, loss, int(batch.size), start, end))
+
+    def busy(self, duration_s: float, name: str = "busy") -> _Request:
+        return _Done("busy", name, self.now())  # the modelled work is done for real in the caller
+
+    def send(self, dst: int, payload: Any, tag: int = 0) -> _SendRequest:
+        return self.world.send(dst, payload, tag)
+
+    def recv(self, src: int = ANY, tag: int = ANY) -> _RecvRequest:
+        return _RecvRequest(self.world, self.rank, src, tag)
+
+    def poll(self, src: int = ANY, tag: int = ANY) -> Message | None:
+        return self.world.poll(self.rank, src, tag)
+
+    def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> _CollectiveRequest:
+        return self.world.collective("allreduce", group, tensor)
+
+    def iallreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> _CollectiveRequest:
+        return self.world.collective("allreduce", group, tensor, blocking=False)
+
+    def broadcast(self, group: Group, tensor: Any, root: int) -> _CollectiveRequest:
+        return self.world.collective("broadcast", group, tensor, root=root)
+
+    def allgather(self, group: Group, tensor: Any) -> _CollectiveRequest:
+        return self.world.collective("allgather", group, tensor)
+
+    def barrier(self, group: Group) -> _CollectiveRequest:
+        return self.world.collective("barrier", group, None)
+
+    def group(self, ranks: Iterable[int], name: str = "") -> Group:
+        return Group(tuple(int(r) for r in ranks), name)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        self.world.record(self.rank, kind, fields)
+
+
+class MPIDriver:
+    """Drives one rank's generator to its end or to the run's stop; returns the status."""
+
+    def __init__(self, world: MPIWorld):
+        self.world = world
+
+    def _check_stop(self) -> None:
+        world = self.world
+        if world.step_limit_hit and world.stop_reason is None:
+            world.stop_reason = "step_limit"
+            world.notify_all(CTL_STOP, "step_limit")
+        if world.time_limit_s is not None and world.now() >= world.time_limit_s and world.stop_reason is None:
+            world.stop_reason = "time_limit"
+        world.check_control()
+        if world.stop_reason is not None:
+            raise Stopped(world.stop_reason)
+        if set(world.workers) <= world.done_workers:
+            raise Stopped("completed")  # every worker is done: a server's loop ends here
+
+    def wait(self, request: _Request) -> Any:
+        tests = 0
+        while not request.test():
+            tests += 1
+            if tests % 16 == 0:
+                self._check_stop()
+            if tests > _SPIN_TESTS:
+                time.sleep(_SLEEP_S)
+        return request.value
+
+    def drive(self, generator: Generator) -> str:
+        world, rank = self.world, self.world.rank
+        value: Any = None
+        try:
+            while True:
+                self._check_stop()
+                try:
+                    request = generator.send(value)
+                except StopIteration:
+                    break
+                if not isinstance(request, _Request):
+                    raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
+                waited_from = world.now()
+                value = self.wait(request)
+                if request.kind == "comm":
+                    self._account(request, waited_from)
+            if world.step_limit_hit:
+                self._check_stop()
+        except Stopped as stop:
+            return str(stop)
+        if rank in world.workers:
+            world.done_workers.add(rank)
+            world.notify_all(CTL_DONE, rank)
+        return "completed"
+
+    def _account(self, request: _Request, waited_from: float) -> None:
+        now, recorder, rank = self.world.now(), self.world.recorder, self.world.rank
+        if not request.blocking:
+            recorder.span(rank, "comm", request.name, request.issued_s, now, blocking=False)
+        started = request.started_s if request.started_s is not None else now
+        moving_from = min(max(waited_from, started), now)
+        recorder.span(rank, "wait", request.name, waited_from, moving_from)
+        recorder.span(rank, "comm", request.name, moving_from, now)
+
+    def linger(self) -> str:
+        """After this rank's own process: serve control until the run is over; the final status."""
+        tests = 0
+        while True:
+            try:
+                self._check_stop()
+            except Stopped as stop:
+                return str(stop)
+            tests += 1
+            if tests > _SPIN_TESTS:
+                time.sleep(_SLEEP_S * 4)

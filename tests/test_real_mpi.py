@@ -1,0 +1,53 @@
+"""Real MPI runs against their simulation (2 ranks, a few seconds each).
+
+These fail on a crash, a hang or a broken result directory, never on the size of the timing
+error (a benchmark figure: benchmarks/validation_table.py). For sync the real and the simulated
+run must give the same loss at every step (same data, same math) to float tolerance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simdist.real.launch import mpi_available
+from simdist.real.validate import validate
+from simdist.results import load_result_dir
+
+pytestmark = pytest.mark.skipif(mpi_available() is not None, reason=f"no MPI here: {mpi_available()}")
+
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+COMMON = ["stop.steps=15", "stop.epochs=5", "evaluation.max_samples=100"]
+
+
+def _check(out: Path, summary: dict) -> pd.DataFrame:
+    for part in ("real", "sim"):
+        loaded = load_result_dir(out / part)
+        assert len(loaded.steps) > 0
+        assert (out / part / "trace.json").is_file()
+    table = pd.read_csv(out / "validation.csv")
+    assert {"worker", "iteration", "measured_iteration_s", "predicted_iteration_s", "measured_compute_s",
+            "predicted_compute_s", "measured_comm_s", "measured_wait_s", "iteration_error_pct"} <= set(table.columns)
+    assert summary["median_abs_iteration_error_pct"] is not None
+    assert summary["iterations_compared"] > 0
+    return table
+
+
+def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
+    summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, timeout_s=120, plots=False)
+    table = _check(tmp_path, summary)
+    assert summary["step_budget"] == 15
+    same = table[table["measured_step"] == table["predicted_step"]]
+    assert len(same) == len(table)
+    assert (same["measured_loss"] - same["predicted_loss"]).abs().max() < 1e-4
+    assert summary["measured_mean_staleness"] == 0
+
+
+def test_asgd_two_ranks_real_vs_simulated(tmp_path):
+    summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON + ["workers=1", "algorithm={name: asgd}"],
+                       timeout_s=120, plots=False)
+    _check(tmp_path, summary)
+    assert summary["algorithm"] == "asgd"
+    assert summary["measured_mean_staleness"] is not None and summary["predicted_mean_staleness"] is not None
