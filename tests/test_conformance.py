@@ -35,8 +35,11 @@ TINY = {
 }
 
 
-def tiny_scenario(name: str):
+def tiny_scenario(name: str, *, one_rank_per_node: bool = False, **extra):
+    """The algorithm's tiny conformance scenario; ``extra`` adds top-level fields (faults ...)."""
     devices, nodes, workers, options = TINY[name]
+    if one_rank_per_node and nodes == 1:
+        nodes, devices = devices, 1
     return scenario_from_dict({
         "name": f"conformance-{name}",
         "platform": {"preset": "laptop-cpu", "nodes": nodes, "node": {"devices": devices}},
@@ -48,6 +51,7 @@ def tiny_scenario(name: str):
         "stop": {"epochs": EPOCHS},
         "evaluation": {"every_steps": 10},
         "compute": {"profiles": [PROFILE], "noise_sigma": 0.2},
+        **extra,
     })
 
 

@@ -21,8 +21,7 @@ import simdist.simulate as simulate_module
 from simdist.metrics import steps_table
 from simdist.simulate import Simulation
 from simdist.training.data import ShardIterator
-from simdist.scenario import scenario_from_dict
-from test_conformance import EPOCHS, PROFILE, TINY, tiny_scenario
+from test_conformance import EPOCHS, TINY, tiny_scenario
 
 
 class _Recording(ShardIterator):
@@ -45,22 +44,11 @@ def run_recorded(scenario, monkeypatch):
 
 def crash_variant(name: str):
     """The conformance scenario with the last worker's node crashing at 1 ms (one rank per node)."""
-    devices, nodes, workers, options = TINY[name]
+    devices, nodes, workers, _ = TINY[name]
     if nodes == 1:
         nodes, devices = devices, 1
-    return scenario_from_dict({
-        "name": f"invariants-{name}",
-        "platform": {"preset": "laptop-cpu", "nodes": nodes, "node": {"devices": devices}},
-        "workers": workers,
-        "workload": {"model": {"name": "mlp", "hidden": [16]},
-                     "dataset": {"name": "synthetic", "samples": 300, "features": 8, "classes": 3},
-                     "batch_size": 16, "optimizer": {"name": "sgd", "lr": 0.05}},
-        "algorithm": {"name": name, **options},
-        "stop": {"epochs": EPOCHS},
-        "evaluation": {"every_steps": 10},
-        "compute": {"profiles": [PROFILE], "noise_sigma": 0.2},
-        "faults": {"node_crash": [{"node": (workers - 1) // devices, "at": "1ms"}]},
-    })
+    return tiny_scenario(name, one_rank_per_node=True,
+                         faults={"node_crash": [{"node": (workers - 1) // devices, "at": "1ms"}]})
 
 
 @pytest.fixture(scope="module", params=[(n, crash) for n in sorted(TINY) for crash in (False, True)],
