@@ -124,22 +124,3 @@ def _cmd_report(args) -> int:
     print(f"wrote {path}")
     print(f"wrote {path.with_suffix('.html')}")
     return 0
-
-
-def _main(argv=None) -> int:  # python -m simdist.sweep_cli (for scripts and tests; 'simdist sweep' is the entry)
-    import argparse
-
-    from .errors import InputError
-
-    parser = argparse.ArgumentParser(prog="simdist")
-    add_sweep_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except InputError as exc:
-        print(f"simdist: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

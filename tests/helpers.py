@@ -28,6 +28,16 @@ class RecordingIterator(ShardIterator):
 
 def run_by_hand(s):
     """The scenario's algorithm wired to a SimWorld as simulate wires it: (algorithm, world, batches)."""
+    algorithm, world, _, batches = wire_and_run(s)
+    return algorithm, world, batches
+
+
+def wire_and_run(s, *, make_data=None):
+    """Run the scenario's algorithm on a SimWorld wired as simulate wires it, until its workers end.
+
+    Returns (algorithm, world, workload, batches); ``batches`` holds every batch the default
+    data iterators handed out (empty when ``make_data`` replaces them).
+    """
     platform = Platform(s.platform)
     w = s.workload
     workload = build_workload(w.model.name, w.model.options, w.dataset.name, w.dataset.options, w.optimizer, s.seed)
@@ -45,9 +55,9 @@ def run_by_hand(s):
     ctx = AlgorithmContext(
         workers=list(range(s.worker_count)), node_of=platform.node_of, workload=workload,
         batch_size=w.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=False,
-        make_data=lambda i: RecordingIterator(sharder, i, s.stop.epochs, batches),
+        make_data=make_data or (lambda i: RecordingIterator(sharder, i, s.stop.epochs, batches)),
         make_replica=lambda: workload.new_replica())
     algorithm = ALGORITHMS.entry(s.algorithm_name).factory(s.algorithm_config(), ctx)
     procs = {rank: world.spawn(rank, make(world.runtime(rank))) for rank, make in algorithm.processes().items()}
     world.env.run(until=world.env.all_of([procs[r] for r in ctx.workers]))
-    return algorithm, world, batches
+    return algorithm, world, workload, batches

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from simdist.algorithms import ALGORITHMS, AlgorithmContext
-from simdist.algorithms.dcs3gd import Dcs3gd
+from helpers import wire_and_run
+from simdist.algorithms import ALGORITHMS
 from simdist.algorithms.dcs3gd_math import (
     Schedule,
     compensated_gradient,
@@ -31,16 +31,11 @@ from simdist.algorithms.dcs3gd_math import (
     schedule_factor,
 )
 from simdist.errors import InputError
-from simdist.platform.compute import ComputeModel, load_profiles
-from simdist.platform.topology import Platform
-from simdist.recorder import Recorder
-from simdist.runtime.sim import SimWorld
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 from simdist.training.data import EpochSharder, ShardIterator
 from simdist.training.optim import OptimizerConfig, make_optimizer
 from simdist.training.replica import PhantomTensor
-from simdist.training.workload import build_workload
 
 PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
 MLP_T0_S, MLP_T1_S = 1.0e-4, 1.0e-5  # tiny_profile.yaml, mlp
@@ -70,27 +65,7 @@ def scenario(*, workers=4, epochs=2, optimizer=None, timing_only=False, platform
 
 def run_by_hand(s, make_data=None):
     """Dcs3gd wired to a SimWorld as simulate wires it: (algorithm, world, workload)."""
-    platform = Platform(s.platform)
-    w = s.workload
-    workload = build_workload(w.model.name, w.model.options, w.dataset.name, w.dataset.options, w.optimizer, s.seed)
-    compute = ComputeModel(platform, load_profiles([PROFILE]), model=workload.model_name,
-                           forward_flops_per_sample=workload.forward_flops_per_sample, parameter_layers=2, seed=s.seed)
-
-    def gradients(rank, replica, batch):
-        x, y = workload.batch_tensors(batch)
-        return workload.pending.submit(replica.params, x, y).result
-
-    world = SimWorld(platform, compute, Recorder(), gradient_source=gradients)
-    sharder = EpochSharder(workload.dataset.train_size, s.worker_count, s.seed)
-    ctx = AlgorithmContext(
-        workers=list(range(s.worker_count)), node_of=platform.node_of, workload=workload, batch_size=w.batch_size,
-        seed=s.seed, max_epochs=s.stop.epochs, timing_only=False,
-        make_data=make_data or (lambda i: ShardIterator(sharder, i, s.stop.epochs)),
-        make_replica=lambda: workload.new_replica())
-    algorithm = Dcs3gd(s.algorithm_config(), ctx)
-    for rank, process in algorithm.processes().items():
-        world.spawn(rank, process(world.runtime(rank)))
-    world.env.run()
+    algorithm, world, workload, _ = wire_and_run(s, make_data=make_data)
     return algorithm, world, workload
 
 

@@ -21,6 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import wire_and_run
 from simdist.algorithms import AlgorithmContext
 from simdist.algorithms.nnt import Nnt, NntConfig, best_worker
 from simdist.algorithms.nnt_topology import (
@@ -33,8 +34,7 @@ from simdist.algorithms.nnt_topology import (
     ring_neighbours,
 )
 from simdist.errors import InputError
-from simdist.platform.compute import ComputeModel, ModelTiming, load_profiles
-from simdist.platform.topology import Platform
+from simdist.platform.compute import ComputeModel, ModelTiming
 from simdist.recorder import Recorder
 from simdist.runtime.sim import SimWorld
 from simdist.scenario import scenario_from_dict
@@ -42,7 +42,6 @@ from simdist.simulate import simulate
 from simdist.training.data import EpochSharder, ShardIterator
 from simdist.training.optim import OptimizerConfig, make_optimizer
 from simdist.training.replica import Replica
-from simdist.training.workload import build_workload
 
 from conftest import build_platform
 
@@ -156,26 +155,7 @@ def test_every_gradient_reaches_both_ring_neighbours_exactly_once(sync_every_epo
 
 def run_by_hand(s):
     """Nnt wired to a SimWorld as simulate wires it: (algorithm, world)."""
-    platform = Platform(s.platform)
-    w = s.workload
-    workload = build_workload(w.model.name, w.model.options, w.dataset.name, w.dataset.options, w.optimizer, s.seed)
-    compute = ComputeModel(platform, load_profiles([PROFILE]), model=workload.model_name,
-                           forward_flops_per_sample=workload.forward_flops_per_sample, parameter_layers=2, seed=s.seed)
-
-    def gradients(rank, replica, batch):
-        x, y = workload.batch_tensors(batch)
-        return workload.pending.submit(replica.params, x, y).result
-
-    world = SimWorld(platform, compute, Recorder(), gradient_source=gradients)
-    sharder = EpochSharder(workload.dataset.train_size, s.worker_count, s.seed)
-    ctx = AlgorithmContext(
-        workers=list(range(s.worker_count)), node_of=platform.node_of, workload=workload, batch_size=w.batch_size,
-        seed=s.seed, max_epochs=s.stop.epochs, timing_only=False,
-        make_data=lambda i: ShardIterator(sharder, i, s.stop.epochs), make_replica=lambda: workload.new_replica())
-    algorithm = Nnt(s.algorithm_config(), ctx)
-    for rank, process in algorithm.processes().items():
-        world.spawn(rank, process(world.runtime(rank)))
-    world.env.run()
+    algorithm, world, _, _ = wire_and_run(s)
     return algorithm, world
 
 

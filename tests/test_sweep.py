@@ -169,7 +169,7 @@ def test_killed_cli_sweep_finishes_the_rest_on_rerun(tmp_path):
 
     sweep = {"grid": {"algorithm.name": ["sync", "asgd"], "workers": [1, 2, 3, 4]}}
     path = sweep_file(tmp_path, sweep, stop={"steps": 60})
-    command = [sys.executable, "-m", "simdist.sweep_cli", "sweep", str(path), "--jobs", "1", "--quiet"]
+    command = [sys.executable, "-m", "simdist", "sweep", str(path), "--jobs", "1", "--quiet"]
     assert cli(["sweep", str(path), "--out", str(tmp_path / "full"), "--jobs", "1", "--quiet"]) == 0
     proc = subprocess.Popen([*command, "--out", str(tmp_path / "part")])
     points = tmp_path / "part" / POINTS_DIR
