@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .fitting import PiecewiseAlphaBetaFit, Regime, check_fitted, r2_score, relative_errors
+from .fitting import PiecewiseAlphaBetaFit, Regime, check_fitted, record_size_scores, r2_score
 
 __all__ = ["CollectiveOp", "COLLECTIVE_OPS", "collective_op", "CollectiveFit", "NcclAllreduceFit",
            "simulated_allreduce_s"]
@@ -110,12 +110,7 @@ class CollectiveFit:
         self.piecewise_ = PiecewiseAlphaBetaFit(self.max_segments, self.min_points, self.tolerance,
                                                 breakpoints).fit(factor * s, t)
         self.regimes_ = [self._regime(r, factor, steps) for r in self.piecewise_.regimes_]
-        predicted = self.predict(s)
-        self.sizes_bytes_, self.times_s_ = s, t
-        self.relative_errors_ = relative_errors(predicted, t)
-        self.max_relative_error_ = float(np.max(np.abs(self.relative_errors_)))
-        self.r2_ = r2_score(predicted, t)
-        return self
+        return record_size_scores(self, s, t)
 
     @staticmethod
     def _regime(regime: Regime, factor: float, steps: int) -> dict[str, Any]:

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 __all__ = ["LinearTimeFit", "AlphaBetaFit", "PiecewiseAlphaBetaFit", "Regime", "ContentionFit", "weighted_line",
-           "relative_errors", "r2_score", "check_fitted"]
+           "relative_errors", "r2_score", "check_fitted", "record_size_scores"]
 
 _WEIGHTINGS = ("relative", "absolute")
 
@@ -205,12 +205,7 @@ class PiecewiseAlphaBetaFit:
         self.regimes_ = [Regime(s[i], s[j - 1], AlphaBetaFit(self.weighting).fit(s[i:j], t[i:j]))
                          for i, j in zip(bounds[:-1], bounds[1:])]
         self.breakpoints_bytes_ = [float(r.from_bytes) for r in self.regimes_[1:]]
-        predicted = self.predict(s)
-        self.sizes_bytes_, self.times_s_ = s, t
-        self.relative_errors_ = relative_errors(predicted, t)
-        self.max_relative_error_ = float(np.max(np.abs(self.relative_errors_)))
-        self.r2_ = r2_score(predicted, t)
-        return self
+        return record_size_scores(self, s, t)
 
     # -- breakpoints ----------------------------------------------------------------
 
@@ -349,3 +344,14 @@ class ContentionFit:
                 "undersubscribed_factor": finite(self.undersubscribed_factor_),
                 "oversubscribed_factor": finite(self.oversubscribed_factor_),
                 "r2": self.r2_, "processor_sharing_r2": self.processor_sharing_r2_}
+
+
+def record_size_scores(fit: Any, sizes_bytes: np.ndarray, times_s: np.ndarray) -> Any:
+    """Store a size→time fit's data and scores (``sizes_bytes_``, ``times_s_``,
+    ``relative_errors_``, ``max_relative_error_``, ``r2_``) from its own ``predict``; returns ``fit``."""
+    predicted = fit.predict(sizes_bytes)
+    fit.sizes_bytes_, fit.times_s_ = sizes_bytes, times_s
+    fit.relative_errors_ = relative_errors(predicted, times_s)
+    fit.max_relative_error_ = float(np.max(np.abs(fit.relative_errors_)))
+    fit.r2_ = r2_score(predicted, times_s)
+    return fit
