@@ -110,6 +110,7 @@ class SimWorld:
         self._collective_seq: dict[tuple[tuple[int, ...], int], int] = {}
         self._open_ops: dict[tuple[tuple[int, ...], int], _CollectiveOp] = {}
         self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float]]] = {}
+        self._plans: dict[Any, Any] = {}
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(platform)
@@ -313,7 +314,10 @@ class SimWorld:
         start = self.env.now
         for request in op.requests.values():
             request.started_s = start
-        results, plan_key, plan = self._collective_math_and_plan(op)
+        results, plan_key, make_plan = self._collective_math_and_plan(op)
+        plan = self._plans.get(plan_key)
+        if plan is None:  # schedules are pure functions of their key: build each once
+            plan = self._plans[plan_key] = make_plan()
         if plan:
             yield from self._execute(plan_key, plan)
         end = self.env.now
@@ -330,15 +334,15 @@ class SimWorld:
         if op.kind == "allreduce":
             algorithm = op.algorithm or self.default_collective
             key = ("allreduce", algorithm, ranks, nbytes)
-            return _sum(ordered), key, allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
+            return _sum(ordered), key, lambda: allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
         if op.kind == "broadcast":
             value = snapshot(op.contributions[op.root])
             nbytes = payload_nbytes(value)
-            return value, ("broadcast", ranks, nbytes, op.root), broadcast_plan(ranks, nbytes, op.root)
+            return value, ("broadcast", ranks, nbytes, op.root), lambda: broadcast_plan(ranks, nbytes, op.root)
         if op.kind == "allgather":
-            return [snapshot(t) for t in ordered], ("allgather", ranks, nbytes), allgather_plan(ranks, nbytes)
+            return [snapshot(t) for t in ordered], ("allgather", ranks, nbytes), lambda: allgather_plan(ranks, nbytes)
         if op.kind == "barrier":
-            return None, ("barrier", ranks), barrier_plan(ranks)
+            return None, ("barrier", ranks), lambda: barrier_plan(ranks)
         raise SimulationError(f"unknown collective {op.kind!r}")
 
     def _execute(self, key: Any, plan):
