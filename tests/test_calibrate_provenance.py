@@ -64,8 +64,6 @@ def test_a_hand_edit_is_detected(tmp_path):
 @pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.name)
 def test_committed_calibration_files_are_untouched_and_complete(path):
     document = yaml.safe_load(path.read_text())
-    if "profiles" in path.parts and "provenance" not in document:
-        pytest.skip(f"{path.name} predates provenance blocks; regenerate it with simdist calibrate compute")
     assert "provenance" in document, f"{path} has no provenance"
     assert verify_content(path), f"{path} was edited after it was generated"
     check_provenance(document["provenance"], "simdist calibrate " if "profiles" not in str(path) else "")
