@@ -262,7 +262,6 @@ class Simulation:
                 return "wall_time_limit"
         return None
 
-
     def execute(self) -> RunResult:
         """Run to the first stop criterion and collect the result (once)."""
         if self._executed:
