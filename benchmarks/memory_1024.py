@@ -13,6 +13,7 @@ import resource
 import sys
 import tracemalloc
 
+from simdist.metrics import steps_table
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 
@@ -33,7 +34,7 @@ def main() -> None:
     tracemalloc.stop()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{args.gpus}-GPU timing-only sync run, {args.steps} steps ({result.wall_time_s:.2f} s wall, "
-          f"{len(result.recorder.spans)} spans, {len(result.recorder.updates)} update rows)")
+          f"{len(result.recorder.span_columns()['rank'])} spans, {len(steps_table(result))} update rows)")
     print(f"  Python heap peak during the run (tracemalloc): {peak / 2**20:8.1f} MiB")
     print(f"  process peak RSS: {rss_mib:8.1f} MiB  (before the run: {rss_before_mib:.1f} MiB)")
 

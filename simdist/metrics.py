@@ -167,13 +167,15 @@ def steps_table(result: RunResult) -> pd.DataFrame:
     columns the runtime recorded (e.g. ``age_s``), sorted by name. Timing-only runs have
     ``loss`` all missing.
     """
+    columns = result.recorder.update_columns()
+    if columns is not None:
+        return pd.DataFrame(columns, columns=list(UPDATE_COLUMNS))
     rows = result.recorder.updates
     extras = sorted({key for row in rows for key in row} - set(UPDATE_COLUMNS))
-    columns = list(UPDATE_COLUMNS) + extras
     if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=_empty_dtype(c)) for c in columns})
-    data = {c: [row.get(c) for row in rows] for c in columns}
-    frame = pd.DataFrame(data, columns=columns)
+        return pd.DataFrame({c: pd.Series(dtype=_empty_dtype(c)) for c in UPDATE_COLUMNS})
+    data = {c: [row.get(c) for row in rows] for c in list(UPDATE_COLUMNS) + extras}
+    frame = pd.DataFrame(data, columns=list(data))
     frame["loss"] = pd.to_numeric(frame["loss"], errors="coerce").astype(float)
     return frame
 
@@ -191,18 +193,7 @@ def evals_table(result: RunResult) -> pd.DataFrame:
 
 def spans_table(result: RunResult) -> pd.DataFrame:
     """All recorded spans: ``rank, kind, name, start_s, end_s, blocking`` (args dropped)."""
-    spans = result.recorder.spans
-    return pd.DataFrame(
-        {
-            "rank": pd.Series([s.rank for s in spans], dtype="int64"),
-            "kind": pd.Series([s.kind for s in spans], dtype=object),
-            "name": pd.Series([s.name for s in spans], dtype=object),
-            "start_s": pd.Series([s.start_s for s in spans], dtype=float),
-            "end_s": pd.Series([s.end_s for s in spans], dtype=float),
-            "blocking": pd.Series([s.blocking for s in spans], dtype=bool),
-        },
-        columns=list(SPANS_COLUMNS),
-    )
+    return pd.DataFrame(result.recorder.span_columns(), columns=list(SPANS_COLUMNS))
 
 
 def workers_table(result: RunResult) -> pd.DataFrame:
@@ -346,10 +337,7 @@ def _staleness_figures(updates: pd.DataFrame) -> dict[str, Any]:
 def _compute_fraction(result: RunResult, n_workers: int, total_s: float) -> float | None:
     if n_workers == 0 or total_s <= 0:
         return None
-    workers = set(result.workers)
-    compute_s = sum(
-        s.end_s - s.start_s
-        for s in result.recorder.spans
-        if s.blocking and s.kind == "compute" and s.rank in workers
-    )
+    spans = result.recorder.span_columns()
+    chosen = spans["blocking"] & (spans["kind"] == "compute") & np.isin(spans["rank"], list(result.workers))
+    compute_s = float((spans["end_s"][chosen] - spans["start_s"][chosen]).sum())
     return compute_s / (n_workers * total_s)

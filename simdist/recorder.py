@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Span", "Recorder", "UPDATE_COLUMNS", "EVAL_COLUMNS"]
+import numpy as np
+
+__all__ = ["Span", "SpanBlock", "UpdateBlock", "Recorder", "UPDATE_COLUMNS", "EVAL_COLUMNS", "SPAN_FIELDS"]
 
 UPDATE_COLUMNS = ("time_s", "worker", "step", "version", "staleness", "batch_size", "loss")
 EVAL_COLUMNS = ("time_s", "step", "worker", "test_loss", "test_accuracy")
@@ -43,22 +45,118 @@ class Span:
         return self.end_s - self.start_s
 
 
+@dataclass(frozen=True)
+class SpanBlock:
+    """The same span kind for many ranks at once (ranks that move in lockstep).
+
+    ``ranks``, ``start_s`` and ``end_s`` are equal-length NumPy arrays; empty intervals
+    (``end_s <= start_s``) are not spans and are dropped when the block is read, as
+    :meth:`Recorder.span` drops them one at a time.
+    """
+
+    ranks: np.ndarray
+    kind: str
+    name: str
+    start_s: np.ndarray
+    end_s: np.ndarray
+    blocking: bool = True
+
+    def spans(self) -> list[Span]:
+        keep = self.end_s > self.start_s
+        return [Span(int(r), self.kind, self.name, float(a), float(b), self.blocking)
+                for r, a, b in zip(self.ranks[keep], self.start_s[keep], self.end_s[keep])]
+
+    def clipped(self, end_s: float) -> "SpanBlock":
+        keep = self.start_s < end_s
+        return replace(self, ranks=self.ranks[keep], start_s=self.start_s[keep],
+                       end_s=np.minimum(self.end_s[keep], end_s))
+
+
+@dataclass(frozen=True)
+class UpdateBlock:
+    """Updates applied by many workers at one instant (one row each; scalars are shared)."""
+
+    time_s: float
+    workers: np.ndarray
+    step: int
+    version: int
+    staleness: int
+    batch_size: np.ndarray
+    loss: np.ndarray | None  # per worker, or None (timing-only)
+
+    def rows(self) -> list[dict[str, Any]]:
+        losses = [None] * len(self.workers) if self.loss is None else [float(v) for v in self.loss]
+        return [dict(time_s=self.time_s, worker=int(w), step=self.step, version=self.version,
+                     staleness=self.staleness, batch_size=int(b), loss=loss)
+                for w, b, loss in zip(self.workers, self.batch_size, losses)]
+
+
+SPAN_FIELDS = ("rank", "kind", "name", "start_s", "end_s", "blocking")
+
+
 class Recorder:
-    """Collects spans, updates, evaluations and free-form events of one run."""
+    """Collects spans, updates, evaluations and free-form events of one run.
+
+    Spans and updates arrive one at a time (:meth:`span`, :meth:`update`) or as blocks for
+    ranks moving in lockstep (:meth:`span_block`, :meth:`update_block`). Reading ``spans``
+    or ``updates`` gives plain rows in recording order; :meth:`span_columns` and
+    :meth:`update_columns` give the same as columns without building a row per entry, which
+    is what tables of thousand-rank runs read.
+    """
 
     def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self.updates: list[dict[str, Any]] = []
+        self._span_chunks: list[list[Span] | SpanBlock] = []
+        self._update_chunks: list[list[dict[str, Any]] | UpdateBlock] = []
         self.evals: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
 
+    # -- spans -----------------------------------------------------------------------
+
     def span(self, rank: int, kind: str, name: str, start_s: float, end_s: float, *, blocking: bool = True, **args: Any) -> None:
         if end_s > start_s:
-            self.spans.append(Span(rank, kind, name, start_s, end_s, blocking, args))
+            _tail_list(self._span_chunks).append(Span(rank, kind, name, start_s, end_s, blocking, args))
+
+    def span_block(self, block: SpanBlock) -> None:
+        if len(block.ranks):
+            self._span_chunks.append(block)
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every span as a row, in recording order (blocks are expanded once, here)."""
+        return _flatten(self._span_chunks, SpanBlock.spans)
+
+    @spans.setter
+    def spans(self, value: list[Span]) -> None:
+        self._span_chunks = [list(value)]
+
+    def span_columns(self) -> dict[str, np.ndarray]:
+        """Columns ``rank, kind, name, start_s, end_s, blocking`` of every span, in recording order."""
+        parts: list[dict[str, np.ndarray]] = []
+        for chunk in self._span_chunks:
+            if isinstance(chunk, SpanBlock):
+                keep = chunk.end_s > chunk.start_s
+                n = int(keep.sum())
+                parts.append({"rank": chunk.ranks[keep].astype(np.int64), "kind": np.full(n, chunk.kind, dtype=object),
+                              "name": np.full(n, chunk.name, dtype=object), "start_s": chunk.start_s[keep].astype(float),
+                              "end_s": chunk.end_s[keep].astype(float), "blocking": np.full(n, chunk.blocking)})
+            elif chunk:
+                parts.append({"rank": np.array([s.rank for s in chunk], dtype=np.int64),
+                              "kind": np.array([s.kind for s in chunk], dtype=object),
+                              "name": np.array([s.name for s in chunk], dtype=object),
+                              "start_s": np.array([s.start_s for s in chunk], dtype=float),
+                              "end_s": np.array([s.end_s for s in chunk], dtype=float),
+                              "blocking": np.array([s.blocking for s in chunk], dtype=bool)})
+        return _concatenate(parts, {"rank": np.int64, "kind": object, "name": object, "start_s": float,
+                                    "end_s": float, "blocking": bool})
 
     def clip_spans(self, end_s: float) -> None:
         """Cut every span at ``end_s`` (the run stopped there); spans starting later are dropped."""
-        self.spans = [s if s.end_s <= end_s else replace(s, end_s=end_s) for s in self.spans if s.start_s < end_s]
+        self._span_chunks = [
+            chunk.clipped(end_s) if isinstance(chunk, SpanBlock)
+            else [s if s.end_s <= end_s else replace(s, end_s=end_s) for s in chunk if s.start_s < end_s]
+            for chunk in self._span_chunks]
+
+    # -- updates ---------------------------------------------------------------------
 
     def update(
         self,
@@ -76,10 +174,63 @@ class Recorder:
         row = dict(time_s=time_s, worker=worker, step=step, version=version, staleness=staleness,
                    batch_size=batch_size, loss=loss)
         row.update(extra)
-        self.updates.append(row)
+        _tail_list(self._update_chunks).append(row)
+
+    def update_block(self, block: UpdateBlock) -> None:
+        if len(block.workers):
+            self._update_chunks.append(block)
+
+    @property
+    def updates(self) -> list[dict[str, Any]]:
+        """Every update as a row, in recording order."""
+        return _flatten(self._update_chunks, UpdateBlock.rows)
+
+    @updates.setter
+    def updates(self, value: list[dict[str, Any]]) -> None:
+        self._update_chunks = [list(value)]
+
+    def update_columns(self) -> dict[str, np.ndarray] | None:
+        """The update rows as columns when every update was recorded in blocks, else None
+        (then read :attr:`updates`, whose rows may carry extra columns)."""
+        if not self._update_chunks or any(isinstance(chunk, list) for chunk in self._update_chunks):
+            return None
+        parts = []
+        for block in self._update_chunks:
+            n = len(block.workers)
+            parts.append({"time_s": np.full(n, block.time_s, dtype=float), "worker": block.workers,
+                          "step": np.full(n, block.step), "version": np.full(n, block.version),
+                          "staleness": np.full(n, block.staleness), "batch_size": block.batch_size,
+                          "loss": np.full(n, np.nan) if block.loss is None else np.asarray(block.loss, dtype=float)})
+        return _concatenate(parts, {c: float if c in ("time_s", "loss") else np.int64 for c in UPDATE_COLUMNS})
+
+    # -- evaluations and events --------------------------------------------------------
 
     def evaluation(self, *, time_s: float, step: int, worker: int, test_loss: float, test_accuracy: float) -> None:
         self.evals.append(dict(time_s=time_s, step=step, worker=worker, test_loss=test_loss, test_accuracy=test_accuracy))
 
     def event(self, kind: str, *, time_s: float, rank: int | None, **fields: Any) -> None:
         self.events.append(dict(kind=kind, time_s=time_s, rank=rank, **fields))
+
+
+def _tail_list(chunks: list) -> list:
+    """The last chunk if it holds single rows, else a new one appended for them."""
+    if not chunks or not isinstance(chunks[-1], list):
+        chunks.append([])
+    return chunks[-1]
+
+
+def _flatten(chunks: list, expand) -> list:
+    """All rows of ``chunks`` as one list; the chunks become that list (expanded once)."""
+    if len(chunks) == 1 and isinstance(chunks[0], list):
+        return chunks[0]
+    rows: list = []
+    for chunk in chunks:
+        rows.extend(expand(chunk) if not isinstance(chunk, list) else chunk)
+    chunks[:] = [rows]
+    return rows
+
+
+def _concatenate(parts: list[dict[str, np.ndarray]], dtypes: dict[str, Any]) -> dict[str, np.ndarray]:
+    if not parts:
+        return {name: np.array([], dtype=dtype) for name, dtype in dtypes.items()}
+    return {name: np.concatenate([p[name] for p in parts]).astype(dtype, copy=False) for name, dtype in dtypes.items()}

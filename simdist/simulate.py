@@ -29,6 +29,7 @@ from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
 from .recorder import Recorder
 from .results import LinkStats, RankInfo, RunResult
+from .runtime.cohort import cohort_supported
 from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data import EpochSharder, ShardIterator
@@ -61,6 +62,7 @@ def _gradient_source(workload: Workload, timing_only: bool, loss_curve: LossCurv
             loss = None if loss_curve is None else loss_curve.loss(batch.epoch)
             return lambda: (PhantomTensor(numel), loss)
 
+        phantom.uniform = True  # equal for every rank given a batch of the same epoch and size
         return phantom
 
     def real(rank: int, replica: Any, batch: Any):
@@ -83,8 +85,10 @@ class Simulation:
     replicas read them from ``.algorithm`` afterwards.
     """
 
-    def __init__(self, scenario: Scenario, progress: Progress | None):
+    def __init__(self, scenario: Scenario, progress: Progress | None = None, *, lockstep: bool = True):
         self.scenario = scenario
+        self.lockstep = lockstep  # let the algorithm run its workers as one cohort where results are equal
+        self.cohort = False  # whether it did
         self.progress = progress
         self.timing_only = scenario.workload.timing_only
         self.platform = Platform(scenario.platform)
@@ -215,8 +219,7 @@ class Simulation:
     def _run_until_stop(self) -> str:
         env = self.world.env
         self.world.update_listeners.append(self.on_update)
-        processes = {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
-                     for rank, make in self.algorithm.processes().items()}
+        processes = self._spawn_processes()
         self.process_ranks = sorted(processes)
         injector = FaultInjector(self.scenario.faults, self.world, self.background)
         crashes = injector.crash_events()
@@ -224,6 +227,7 @@ class Simulation:
         # a worker is done when its process ends or its node crashes (a crashed rank never ends)
         worker_done = [simpy.AnyOf(env, [processes[r], crashes[r]]) if r in crashes else processes[r]
                        for r in self.workers if r in processes]
+        worker_done = list({id(done): done for done in worker_done}.values())  # a cohort is one process
         waits = [simpy.AllOf(env, worker_done), self.stop_event]
         if self.scenario.stop.virtual_time is not None:
             waits.append(self.background(env.timeout(self.scenario.stop.virtual_time)))
@@ -238,6 +242,19 @@ class Simulation:
         if all(p.triggered for p in worker_done):
             return "completed"
         return "time_limit"
+
+    def _spawn_processes(self) -> dict[int, simpy.Process]:
+        """Each rank's process (rank -> process); workers of a cohort share one."""
+        self.world.crash_possible = bool(self.scenario.faults.node_crash)
+        cohort = self.algorithm.cohort_process() if self.lockstep and cohort_supported(self.world) else None
+        if cohort is not None:
+            process = self.world.spawn_cohort(self.workers, cohort)
+            self.cohort = True
+            # the cohort's collectives are then the only traffic: each phase's outcome is fixed
+            self.world.network_exclusive = not self.scenario.faults.link_degradation
+            return {rank: process for rank in self.workers}
+        return {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
+                for rank, make in self.algorithm.processes().items()}
 
     def _step_until(self, until: simpy.Event) -> str | None:
         """Process events until ``until`` has been processed (as ``env.run(until=...)`` does).

@@ -20,7 +20,7 @@ import pytest
 import simdist.simulate as simulate_module
 from simdist.metrics import steps_table
 from simdist.simulate import Simulation
-from simdist.training.data import ShardIterator
+from simdist.training.data import LockstepShards, ShardIterator
 from test_conformance import EPOCHS, TINY, tiny_scenario
 
 
@@ -37,6 +37,14 @@ class _Recording(ShardIterator):
 def run_recorded(scenario, monkeypatch):
     recording = type("Recording", (_Recording,), {"log": []})
     monkeypatch.setattr(simulate_module, "ShardIterator", recording)
+    lockstep_batches = LockstepShards.next_batches
+
+    def logged(self, batch_size, *, with_indices=True):  # a cohort's workers take their batches together
+        batches = lockstep_batches(self, batch_size, with_indices=True)
+        recording.log.extend(batches or [])
+        return batches
+
+    monkeypatch.setattr(LockstepShards, "next_batches", logged)
     sim = Simulation(scenario, None)
     result = sim.execute()
     return sim, result, recording.log

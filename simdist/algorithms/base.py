@@ -71,6 +71,13 @@ class Algorithm:
         """The replicas whose test accuracy is reported, keyed by the rank holding them."""
         raise NotImplementedError
 
+    def cohort_process(self) -> Callable[[Any], Generator] | None:
+        """One process driving every worker in lockstep, or None (the default: one process per
+        rank). A simulator may use it instead of :meth:`processes` where it gives the same
+        results (see :mod:`simdist.runtime.cohort`); it receives a cohort runtime, whose
+        requests cover all workers at once. Called at most once, before the run starts."""
+        return None
+
     def epochs_completed(self) -> float | None:
         """Epochs of data consumed (mean over workers), for the summary."""
         return None

@@ -25,8 +25,9 @@ from typing import Any, Literal, Sequence
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..runtime.base import Runtime
+from ..runtime.base import Group, Runtime
 from ..runtime.collectives import COLLECTIVES
+from ..training.data import LockstepShards
 from ..units import parse_size
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .tensors import cast, flat_concat, flat_slice
@@ -151,6 +152,35 @@ class Sync(PeerAlgorithm):
             step += 1
             rt.record("update", worker=rt.rank, step=step, version=step, staleness=0,
                       batch_size=batch.size, loss=result.loss)
+
+    def cohort_process(self):
+        """Without overlap, every worker is always at the same point of the same step: the
+        workers can move as one cohort. Their replicas stay identical, so the cohort keeps one
+        (every worker's list entry is that replica) and one shard position for all."""
+        if self.config.overlap != "none":
+            return None
+        ctx = self.ctx
+        self.lockstep = LockstepShards(self.data[0].sharder, ctx.n_workers, ctx.max_epochs)
+        self.data = [self.lockstep.lead] * ctx.n_workers
+        self.replicas = [self.replicas[0]] * ctx.n_workers
+        return self._cohort
+
+    def _cohort(self, rt):
+        ctx, config = self.ctx, self.config
+        replica, group = self.replicas[0], Group(tuple(ctx.workers), "world")
+        step = 0
+        while True:
+            batches = self.lockstep.next_batches(ctx.batch_size, with_indices=not ctx.timing_only)
+            if batches is None:
+                return
+            computing = rt.compute(self.replicas, batches)
+            yield computing
+            grads, losses = computing.results()
+            wire = grads if self.wire_dtype is None else [self._to_wire(g) for g in grads]
+            total = yield rt.allreduce(group, wire, algorithm=config.collective)
+            replica.apply_gradient(average_gradient(total, ctx.n_workers))
+            step += 1
+            rt.record_updates(step=step, version=step, staleness=0, batch_size=batches[0].size, losses=losses)
 
     def _overlapped_step(self, rt: Runtime, group, replica, batch):
         """Forward/backward with bucket allreduces launched as buckets become ready."""

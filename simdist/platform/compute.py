@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import yaml
 
 from ..errors import InputError
@@ -119,6 +120,7 @@ class ComputeModel:
         self.stragglers = stragglers
         self._noise = [numpy_stream(seed, f"compute-noise/rank{d.rank}") for d in platform.devices]
         self._base: dict[str, ModelTiming] = {}
+        self._vector_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
         for device in platform.devices:
             key = device.profile_device
             if key not in self._base:
@@ -171,6 +173,30 @@ class ComputeModel:
         if self.stragglers is not None:
             work *= self.stragglers.factor(rank, now_s)
         return work
+
+    def durations_s(self, ranks: list[int], batch_size: int, now_s: float = 0.0) -> np.ndarray:
+        """:meth:`duration_s` of every rank in ``ranks`` (rank order), as one array.
+
+        The same floating-point operations in the same order, and one draw per rank from
+        its own noise stream, so each entry equals what ``duration_s`` would have returned.
+        """
+        key = tuple(ranks)
+        cached = self._vector_cache.get(key)
+        if cached is None:
+            devices = [self.platform.devices[r] for r in ranks]
+            timings = [self._base[d.profile_device] for d in devices]
+            cached = self._vector_cache[key] = (
+                np.array([t.t0_s for t in timings]), np.array([t.t1_s for t in timings]),
+                np.array([d.speed for d in devices], dtype=float),
+                np.array([d.cpus if d.cpus is not None else 1.0 for d in devices], dtype=float))
+        t0, t1, speed, share = cached
+        work = (t0 + t1 * batch_size) / speed
+        if self.noise_sigma > 0:
+            s = self.noise_sigma
+            work = work * np.array([math.exp(s * self._noise[r].standard_normal() - 0.5 * s * s) for r in ranks])
+        if self.stragglers is not None:
+            work = work * np.array([self.stragglers.factor(r, now_s) for r in ranks])
+        return work / share
 
     def describe(self) -> dict:
         return {key: {"t0_s": t.t0_s, "t1_s": t.t1_s, "source": t.source} for key, t in self._base.items()}

@@ -25,9 +25,10 @@ from ..errors import SimulationError
 from ..platform.compute import ComputeModel
 from ..platform.network import NETWORK_MODELS, FlowNetwork, max_min_rates
 from ..platform.topology import Link, Platform
-from ..recorder import Recorder
+from ..recorder import Recorder, UpdateBlock
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
 from .base import ANY, GradResult, Group, Message
+from .cohort import CohortCompute, CohortProcess, CohortRuntime
 from .collectives import FIDELITIES, Transfer, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
 
 __all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest"]
@@ -116,6 +117,9 @@ class SimWorld:
         self._cores = self._core_sharing(platform)
         self._computing_on_node: dict[int, int] = {}
         self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
+        self.crash_possible = False  # set when the run schedules node crashes (rules out cohorts)
+        self.network_exclusive = False  # set when one cohort is all the traffic and links never change
+        self._alone: dict[Any, tuple] = {}  # phase -> its outcome alone on the network (_replay_alone)
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
 
     def _core_sharing(self, platform: Platform) -> tuple[FlowNetwork, list[tuple[Link, Link]]] | None:
@@ -143,6 +147,20 @@ class SimWorld:
     def spawn(self, rank: int, generator: Generator) -> simpy.Process:
         """Run ``generator`` as rank ``rank``'s process; returns the SimPy process."""
         return self.env.process(self._drive(rank, generator))
+
+    def spawn_cohort(self, ranks: Iterable[int], process: CohortProcess) -> simpy.Process:
+        """Run a cohort process for ``ranks`` moving in lockstep (see :mod:`.cohort`)."""
+        return self.env.process(self._drive_cohort(process(CohortRuntime(self, list(ranks)))))
+
+    @staticmethod
+    def _drive_cohort(generator: Generator):
+        value: Any = None
+        while True:
+            try:
+                request = generator.send(value)
+            except StopIteration:
+                return
+            value = yield request.event if isinstance(request, CohortCompute) else request
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
@@ -345,40 +363,103 @@ class SimWorld:
             return None, ("barrier", ranks), lambda: barrier_plan(ranks)
         raise SimulationError(f"unknown collective {op.kind!r}")
 
+    def reduce_sum(self, tensors: list[Any]) -> Any:
+        """The elementwise sum an allreduce delivers, in group order."""
+        return _sum(tensors)
+
+    def run_allreduce(self, algorithm: str, ranks: tuple[int, ...], nbytes: int):
+        """Generator: an allreduce schedule of ``nbytes`` over ``ranks``, run on the links now."""
+        key = ("allreduce", algorithm, ranks, nbytes)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
+        if plan:
+            yield from self._execute(key, plan)
+
     def _execute(self, key: Any, plan):
         """Run a collective schedule with the world's fidelity (see runtime.collectives)."""
         for index, phase in enumerate(plan):
-            if self.fidelity == "flows":
-                for step in phase:
-                    yield simpy.AllOf(self.env, [self._flow(t) for t in step])
-                continue
-            closed_form_s, latency_s, pair_bytes = self._analytic_phase((key, index), phase)
-            start = self.env.now
-            flows = [self.network.transfer(self.platform.route(src, dst), nbytes, src=src, dst=dst, latency_s=latency_s)
-                     for (src, dst), nbytes in pair_bytes.items()]
-            yield simpy.AllOf(self.env, flows)
-            remaining = start + closed_form_s - self.env.now
-            if remaining > 0:
-                yield self.env.timeout(remaining)
+            if self.network_exclusive and not self.network.active:
+                yield from self._replay_alone(key, index, phase)
+            else:
+                yield from self._run_phase(self.env, self.network, (key, index), phase)
 
-    def _flow(self, t: Transfer):
-        return self.network.transfer(self.platform.route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst)
+    def _run_phase(self, env: simpy.Environment, network: FlowNetwork, key: Any, phase):
+        """One phase of a schedule on ``network``: every step as flows (``flows``), or the
+        phase's bytes as one flow per pair, taking at least the closed-form time (``analytic``)."""
+        route = self.platform.route
+        if self.fidelity == "flows":
+            for step in phase:
+                yield simpy.AllOf(env, [network.transfer(route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst)
+                                        for t in step])
+            return
+        closed_form_s, latency_s, pair_bytes = self._analytic_phase(key, phase)
+        start = env.now
+        flows = [network.transfer(route(src, dst), nbytes, src=src, dst=dst, latency_s=latency_s)
+                 for (src, dst), nbytes in pair_bytes.items()]
+        yield simpy.AllOf(env, flows)
+        remaining = start + closed_form_s - env.now
+        if remaining > 0:
+            yield env.timeout(remaining)
+
+    def _replay_alone(self, key: Any, index: int, phase):
+        """A phase on a network nobody else uses: its outcome was fixed the first time it ran.
+
+        When the only traffic is the phase itself (``network_exclusive``: one cohort is the
+        only process, and no link changes capacity), the phase takes the same time and moves
+        the same bytes every time it runs. It is run once on a scratch copy of the network;
+        afterwards it costs one timer, and its bytes and busy time are added to the counters
+        when it ends (timestamps agree with running the flows to ~1e-15 relative).
+        """
+        alone = self._alone.get((key, index))
+        if alone is None:
+            alone = self._alone[(key, index)] = self._measure_alone((key, index), phase)
+        duration_s, link_bytes, link_busy_s, sent, received = alone
+        if duration_s > 0:
+            yield self.env.timeout(duration_s)
+        net = self.network
+        for i, nbytes in link_bytes:
+            net.link_bytes[i] += nbytes
+        for i, busy_s in link_busy_s:
+            net.link_busy_s[i] += busy_s
+        for pair, nbytes in sent:
+            net.sent_bytes[pair] += nbytes
+        for pair, nbytes in received:
+            net.received_bytes[pair] += nbytes
+
+    def _measure_alone(self, key: Any, phase):
+        env = simpy.Environment()
+        network = type(self.network)(env, self.platform.links)
+        env.process(self._run_phase(env, network, key, phase))
+        env.run()
+        network.finalize(env.now)
+        nonzero = lambda values: [(i, v) for i, v in enumerate(values) if v > 0]  # noqa: E731
+        return (env.now, nonzero(network.link_bytes), nonzero(network.link_busy_s),
+                list(network.sent_bytes.items()), list(network.received_bytes.items()))
 
     def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float]]:
-        """(closed-form time, latency paid before the aggregate flows, bytes per pair) of a phase."""
+        """(closed-form time, latency paid before the aggregate flows, bytes per pair) of a phase.
+
+        Schedules repeat one step object many times (a ring's 2(n-1) steps): each distinct
+        step is costed once and its bytes are counted times its repetitions.
+        """
         cached = self._analytic_cache.get(key)
         if cached is None:
-            step_costs: dict[Any, tuple[float, float]] = {}
+            step_costs: dict[int, tuple[float, float]] = {}
+            repeats: dict[int, list] = {}  # id(step) -> [step, count], in order of first appearance
             total_s = latency_s = 0.0
-            pair_bytes: dict[tuple[int, int], float] = {}
             for step in phase:
-                cost = step_costs.get(step)
+                cost = step_costs.get(id(step))
                 if cost is None:
-                    cost = step_costs[step] = self._uncontended_step(step)
+                    cost = step_costs[id(step)] = self._uncontended_step(step)
+                    repeats[id(step)] = [step, 0]
+                repeats[id(step)][1] += 1
                 latency_s += cost[0]
                 total_s += cost[1]
+            pair_bytes: dict[tuple[int, int], float] = {}
+            for step, count in repeats.values():
                 for t in step:
-                    pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes
+                    pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes * count
             cached = self._analytic_cache[key] = (total_s, latency_s, pair_bytes)
         return cached
 
@@ -396,6 +477,16 @@ class SimWorld:
         return min(latencies), duration
 
     # -- records ---------------------------------------------------------------------
+
+    def record_update_block(self, block: UpdateBlock) -> None:
+        """Updates of a cohort: recorded as one block; listeners hear its first row (every row
+        of a block has the same time and step)."""
+        self.recorder.update_block(block)
+        if self.update_listeners:
+            row = dict(time_s=block.time_s, worker=int(block.workers[0]), step=block.step, version=block.version,
+                       staleness=block.staleness, batch_size=int(block.batch_size[0]))
+            for listener in self.update_listeners:
+                listener(row)
 
     def record(self, rank: int, kind: str, fields: dict[str, Any]) -> None:
         if kind == "update":

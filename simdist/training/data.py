@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InputError
 from ..seeding import numpy_stream
 
-__all__ = ["EpochSharder", "Batch", "ShardIterator"]
+__all__ = ["EpochSharder", "Batch", "ShardIterator", "LockstepShards"]
 
 
 class EpochSharder:
@@ -119,3 +119,38 @@ class ShardIterator:
             self._epoch += 1
             self._position = 0
         return batch
+
+
+class LockstepShards:
+    """The shard iterators of workers that always ask for equal batch sizes, advanced together.
+
+    Every worker's shard has the same size, so workers that take equal batches are always at
+    the same (epoch, position): one position stands for all of them. ``next_batches`` returns
+    the batch each worker's own :class:`ShardIterator` would have returned.
+    """
+
+    def __init__(self, sharder: EpochSharder, workers: int, max_epochs: int | None = None):
+        self.lead = ShardIterator(sharder, 0, max_epochs)
+        self.sharder = sharder
+        self.workers = int(workers)
+
+    @property
+    def epochs_completed(self) -> float:
+        return self.lead.epochs_completed
+
+    def next_batches(self, batch_size: int, *, with_indices: bool = True) -> list[Batch] | None:
+        """One batch per worker (worker order), or None when the epochs are exhausted.
+
+        Without indices (timing-only runs) the list repeats worker 0's batch: only the size
+        and the epoch are read.
+        """
+        epoch, position = self.lead.epoch, self.lead._position
+        first = self.lead.next_batch(batch_size)
+        if first is None:
+            return None
+        if not with_indices:
+            return [first] * self.workers
+        stop = position + first.size
+        order = self.sharder.order(epoch)
+        size = self.sharder.shard_size
+        return [first] + [Batch(order[w * size + position : w * size + stop], epoch, w) for w in range(1, self.workers)]

@@ -1,0 +1,139 @@
+"""Lockstep cohorts: many ranks that run the same program, simulated as one process.
+
+In synchronous data-parallel training every worker computes, then every worker joins the
+same allreduce, then every worker applies the same update: between two collectives the
+ranks differ only in how long their compute takes. Driving a thousand such ranks as a
+thousand SimPy processes costs a thousand generator resumes, events and recorder rows per
+step, although the outcome of the step is fixed by two vectors: when each rank started and
+how long it computed.
+
+A :class:`CohortRuntime` is the view an algorithm's *cohort process* gets of a
+:class:`~simdist.runtime.sim.SimWorld`: requests for all its ranks at once, with per-rank
+quantities as NumPy arrays in rank order. What it produces is exactly what the per-rank
+processes would have produced — the same durations from the same noise streams, the same
+collective on the same links, the same spans and update rows (recorded as blocks) — and
+``tests/test_cohort.py`` checks that equality on every result table. The simulator uses a
+cohort only where that equality holds (:func:`cohort_supported`); elsewhere it runs one
+process per rank.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Generator, Sequence
+
+import numpy as np
+import simpy
+
+from ..errors import SimulationError
+from ..recorder import SpanBlock, UpdateBlock
+from ..training.replica import payload_nbytes
+from .base import Group
+
+__all__ = ["CohortRuntime", "CohortCompute", "cohort_supported", "CohortProcess"]
+
+CohortProcess = Callable[["CohortRuntime"], Generator]
+
+
+def cohort_supported(world: Any) -> bool:
+    """Whether ranks of ``world`` can move as one cohort with the same results.
+
+    Not when node cores are shared (a rank's compute rate depends on what its node's other
+    ranks do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
+    """
+    return world._cores is None and not world.crash_possible
+
+
+class CohortCompute:
+    """Forward/backward of every rank of a cohort; its event fires when the slowest is done."""
+
+    def __init__(self, event: simpy.Event, start_s: float, durations_s: np.ndarray,
+                 results: Callable[[], tuple[list[Any], list[float | None]]]):
+        self.event = event
+        self.start_s = start_s
+        self.durations_s = durations_s
+        self._results = results
+
+    def results(self) -> tuple[list[Any], list[float | None]]:
+        """Every rank's gradient and batch loss, in rank order (evaluated together on first use)."""
+        return self._results()
+
+
+class CohortRuntime:
+    """Requests on behalf of all ``ranks`` at once (the cohort's view of a SimWorld)."""
+
+    def __init__(self, world: Any, ranks: Sequence[int]):
+        self.world = world
+        self.ranks = np.asarray(ranks, dtype=np.int64)
+        self._rank_list = [int(r) for r in self.ranks]
+        self._busy_until = np.zeros(len(self.ranks))  # end of each rank's latest compute
+
+    def now(self) -> float:
+        return self.world.env.now
+
+    def compute(self, replicas: Sequence[Any], batches: Sequence[Any]) -> CohortCompute:
+        """Every rank computes its batch (all of one size) on its replica, from now on.
+
+        Durations come from :meth:`ComputeModel.durations_s` — the same draws, from the same
+        per-rank streams, as one ``compute`` per rank. Gradients are evaluated together the
+        first time :meth:`CohortCompute.results` is read.
+        """
+        world, env = self.world, self.world.env
+        start, batch_size = env.now, int(batches[0].size)
+        durations = world.compute_model.durations_s(self._rank_list, batch_size, start)
+        ends = start + durations
+        self._busy_until = ends
+        world.recorder.span_block(SpanBlock(self.ranks, "compute", "forward/backward", np.full(len(ends), start), ends))
+        source = world._gradient_source
+        if getattr(source, "uniform", False):  # timing-only: one phantom gradient stands for every rank
+            sources = [source(self._rank_list[0], replicas[0], batches[0])]
+        else:
+            sources = [source(rank, replica, batch) for rank, replica, batch in zip(self._rank_list, replicas, batches)]
+        n = len(ends)
+        cache: list[tuple[list[Any], list[float | None]]] = []
+
+        def results() -> tuple[list[Any], list[float | None]]:
+            if not cache:
+                values = [resolve() for resolve in sources]
+                grads, losses = [v[0] for v in values], [v[1] for v in values]
+                cache.append((grads * n, losses * n) if len(values) == 1 else (grads, losses))
+            return cache[0]
+
+        event = env.event()
+        env.timeout(float(durations.max())).callbacks.append(lambda _event: event.succeed())
+        return CohortCompute(event, start, durations, results)
+
+    def allreduce(self, group: Group, tensors: Sequence[Any], *, algorithm: str | None = None) -> simpy.Event:
+        """The blocking allreduce of every rank's tensor, started once the last rank has arrived.
+
+        The event's value is the sum (one copy: every rank would get an equal one). Ranks that
+        finished computing early wait, as their per-rank processes would.
+        """
+        if group.ranks != tuple(self._rank_list):
+            raise SimulationError(f"a cohort of ranks {self._rank_list} can only reduce over all of them, "
+                                  f"not over group {group.ranks}")
+        world = self.world
+        total = world.reduce_sum(list(tensors))
+        nbytes = max(payload_nbytes(t) for t in tensors)
+        done = world.env.event()
+        world.env.process(self._collective(group, algorithm or world.default_collective, nbytes, total, done))
+        return done
+
+    def _collective(self, group: Group, algorithm: str, nbytes: int, total: Any, done: simpy.Event):
+        world = self.world
+        start = world.env.now
+        yield from world.run_allreduce(algorithm, group.ranks, nbytes)
+        end = world.env.now
+        n = len(self.ranks)
+        waited_from = np.minimum(self._busy_until, start)  # each rank waits from the end of its compute
+        world.recorder.span_block(SpanBlock(self.ranks, "wait", "allreduce", waited_from, np.full(n, start)))
+        world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start), np.full(n, end)))
+        done.succeed(total)
+
+    def record_updates(self, *, step: int, version: int, staleness: int, batch_size: int,
+                       losses: Sequence[float | None]) -> None:
+        """One update row per rank, applied now (as each rank's ``record("update", ...)``)."""
+        n = len(self.ranks)
+        loss = None if all(v is None for v in losses) else np.array([math.nan if v is None else v for v in losses])
+        block = UpdateBlock(self.world.env.now, self.ranks, step, version, staleness, np.full(n, batch_size), loss)
+        self.world.record_update_block(block)
