@@ -55,6 +55,7 @@ __all__ = [
 
 FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "batch_size_vs_time", "timeline")
 MAX_SPANS_PER_RANK = 2000
+MAX_BOXES = 48  # workers above which iteration times are drawn as quantile bands
 MAX_TIMELINE_RANKS = 256
 FORMATS = ("png", "svg")
 KIND_COLORS = {"compute": "tab:blue", "comm": "tab:orange", "wait": "0.75"}
@@ -219,8 +220,15 @@ def _draw_iteration_times(loaded: LoadedResult) -> Figure | None:
         return None
     fig, ax = _new_figure()
     workers = sorted(intervals)
-    ax.boxplot([intervals[w] for w in workers], showfliers=False)
-    ax.set_xticks(range(1, len(workers) + 1), [str(w) for w in workers])
+    if len(workers) <= MAX_BOXES:
+        ax.boxplot([intervals[w] for w in workers], showfliers=False)
+        ax.set_xticks(range(1, len(workers) + 1), [str(w) for w in workers])
+    else:  # a box per worker is unreadable (and slow to draw) for hundreds of workers: draw the quantiles
+        quantiles = np.array([np.percentile(intervals[w], [5, 25, 50, 75, 95]) for w in workers])
+        ax.fill_between(workers, quantiles[:, 0], quantiles[:, 4], color=_OTHER_COLOR, alpha=0.3, label="5-95 %")
+        ax.fill_between(workers, quantiles[:, 1], quantiles[:, 3], color=_OTHER_COLOR, alpha=0.6, label="25-75 %")
+        ax.plot(workers, quantiles[:, 2], color="black", linewidth=1, label="median")
+        _legend(ax)
     ax.set_xlabel("worker (rank)")
     ax.set_ylabel("iteration time (virtual s)")
     ax.set_title(f"{_run_title(loaded)}: iteration time per worker")

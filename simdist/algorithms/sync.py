@@ -154,11 +154,9 @@ class Sync(PeerAlgorithm):
                       batch_size=batch.size, loss=result.loss)
 
     def cohort_process(self):
-        """Without overlap, every worker is always at the same point of the same step: the
-        workers can move as one cohort. Their replicas stay identical, so the cohort keeps one
-        (every worker's list entry is that replica) and one shard position for all."""
-        if self.config.overlap != "none":
-            return None
+        """Every worker is always at the same point of the same step, so the workers can move
+        as one cohort. Their replicas stay identical, so the cohort keeps one (every worker's
+        list entry is that replica) and one shard position for all."""
         ctx = self.ctx
         self.lockstep = LockstepShards(self.data[0].sharder, ctx.n_workers, ctx.max_epochs)
         self.data = [self.lockstep.lead] * ctx.n_workers
@@ -174,13 +172,29 @@ class Sync(PeerAlgorithm):
             if batches is None:
                 return
             computing = rt.compute(self.replicas, batches)
-            yield computing
-            grads, losses = computing.results()
-            wire = grads if self.wire_dtype is None else [self._to_wire(g) for g in grads]
-            total = yield rt.allreduce(group, wire, algorithm=config.collective)
+            if config.overlap == "backward":
+                sums = yield rt.overlapped_allreduce(
+                    group, computing, [b.ready_fraction for b in self.buckets],
+                    lambda k: self._cohort_wire(computing, self.buckets[k]), algorithm=config.collective)
+                total = flat_concat([s for _, s in sorted(zip((b.start for b in self.buckets), sums),
+                                                          key=lambda pair: pair[0])])
+            else:
+                yield computing
+                total = yield rt.allreduce(group, self._cohort_wire(computing, None), algorithm=config.collective)
             replica.apply_gradient(average_gradient(total, ctx.n_workers))
             step += 1
-            rt.record_updates(step=step, version=step, staleness=0, batch_size=batches[0].size, losses=losses)
+            rt.record_updates(step=step, version=step, staleness=0, batch_size=batches[0].size,
+                              losses=computing.results()[1])
+
+    def _cohort_wire(self, computing, bucket: Bucket | None) -> list[Any]:
+        """Every worker's gradient (or one bucket of it) as sent, in worker order."""
+        grads = computing.results()[0]
+        if computing.uniform:  # one phantom stands for all: convert it once
+            grads = grads[:1]
+        if bucket is not None:
+            grads = [flat_slice(g, bucket.start, bucket.stop) for g in grads]
+        wire = grads if self.wire_dtype is None else [self._to_wire(g) for g in grads]
+        return wire * self.ctx.n_workers if computing.uniform else wire
 
     def _overlapped_step(self, rt: Runtime, group, replica, batch):
         """Forward/backward with bucket allreduces launched as buckets become ready."""

@@ -48,10 +48,11 @@ class CohortCompute:
     """Forward/backward of every rank of a cohort; its event fires when the slowest is done."""
 
     def __init__(self, event: simpy.Event, start_s: float, durations_s: np.ndarray,
-                 results: Callable[[], tuple[list[Any], list[float | None]]]):
+                 results: Callable[[], tuple[list[Any], list[float | None]]], uniform: bool):
         self.event = event
         self.start_s = start_s
         self.durations_s = durations_s
+        self.uniform = uniform  # one gradient object stands for every rank's (timing-only)
         self._results = results
 
     def results(self) -> tuple[list[Any], list[float | None]]:
@@ -101,7 +102,7 @@ class CohortRuntime:
 
         event = env.event()
         env.timeout(float(durations.max())).callbacks.append(lambda _event: event.succeed())
-        return CohortCompute(event, start, durations, results)
+        return CohortCompute(event, start, durations, results, uniform=len(sources) == 1 and n > 1)
 
     def allreduce(self, group: Group, tensors: Sequence[Any], *, algorithm: str | None = None) -> simpy.Event:
         """The blocking allreduce of every rank's tensor, started once the last rank has arrived.
@@ -109,12 +110,10 @@ class CohortRuntime:
         The event's value is the sum (one copy: every rank would get an equal one). Ranks that
         finished computing early wait, as their per-rank processes would.
         """
-        if group.ranks != tuple(self._rank_list):
-            raise SimulationError(f"a cohort of ranks {self._rank_list} can only reduce over all of them, "
-                                  f"not over group {group.ranks}")
+        self._check_group(group)
         world = self.world
         total = world.reduce_sum(list(tensors))
-        nbytes = max(payload_nbytes(t) for t in tensors)
+        nbytes = _largest_payload(tensors)
         done = world.env.event()
         world.env.process(self._collective(group, algorithm or world.default_collective, nbytes, total, done))
         return done
@@ -130,6 +129,66 @@ class CohortRuntime:
         world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start), np.full(n, end)))
         done.succeed(total)
 
+    def overlapped_allreduce(self, group: Group, computing: CohortCompute, ready_fractions: Sequence[float],
+                             bucket_tensors: Callable[[int], Sequence[Any]], *,
+                             algorithm: str | None = None) -> simpy.Event:
+        """Bucket allreduces overlapped with ``computing``, on one communication stream.
+
+        Reproduces, for every rank at once, the per-rank pattern: for each bucket ``k``, wait
+        until ``ready_fractions[k]`` of the rank's compute has passed, wait for bucket k−1's
+        allreduce, then start bucket k's (``iallreduce``); once compute is done, wait for every
+        bucket in order. Bucket k's allreduce starts when the last rank has started it.
+        ``bucket_tensors(k)`` gives every rank's tensor of bucket k. The event's value is the
+        list of bucket sums; it fires when the last bucket is reduced.
+        """
+        self._check_group(group)
+        done = self.world.env.event()
+        self.world.env.process(self._overlapped(group, computing, list(ready_fractions), bucket_tensors,
+                                                algorithm or self.world.default_collective, done))
+        return done
+
+    def _overlapped(self, group: Group, computing: CohortCompute, fractions: list[float],
+                    bucket_tensors: Callable[[int], Sequence[Any]], algorithm: str, done: simpy.Event):
+        world, env = self.world, self.world.env
+        compute_end = computing.start_s + computing.durations_s
+        ops: list[tuple[float, float]] = []
+        sums = []
+        joined = np.full(len(self.ranks), computing.start_s)  # each rank's own clock
+        for k, fraction in enumerate(fractions):
+            joined = np.maximum(joined, computing.start_s + fraction * computing.durations_s)  # bucket k is ready
+            if ops:  # ... and bucket k-1 has been reduced
+                start, end = ops[-1]
+                joined = self._blocked(joined, np.maximum(joined, end), start, compute_end)
+            start = float(joined.max())
+            if start > env.now:
+                yield env.timeout(start - env.now)
+            tensors = list(bucket_tensors(k))
+            sums.append(world.reduce_sum(tensors))
+            yield from world.run_allreduce(algorithm, group.ranks, _largest_payload(tensors))
+            ops.append((start, env.now))
+            n = len(self.ranks)
+            world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start),
+                                                np.full(n, env.now), blocking=False))
+        waiting = np.maximum(joined, compute_end)  # compute done: wait for each bucket in turn
+        for start, end in ops:
+            waiting = self._blocked(waiting, np.maximum(waiting, end), start, compute_end)
+        done.succeed(sums)
+
+    def _blocked(self, since: np.ndarray, until: np.ndarray, started_s: float, compute_end: np.ndarray) -> np.ndarray:
+        """Record each rank's time blocked on a collective from ``since`` to ``until``: time
+        still computing is not waiting; ``wait`` until the collective started, ``comm`` after."""
+        waited_from = np.minimum(np.maximum(since, compute_end), until)
+        moving_from = np.minimum(np.maximum(waited_from, started_s), until)
+        recorder = self.world.recorder
+        recorder.span_block(SpanBlock(self.ranks, "wait", "allreduce", waited_from, moving_from))
+        recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", moving_from, until))
+        return until
+
+    def _check_group(self, group: Group) -> None:
+        if group.ranks != tuple(self._rank_list):
+            raise SimulationError(f"a cohort of ranks {self._rank_list} can only reduce over all of them, "
+                                  f"not over group {group.ranks}")
+
     def record_updates(self, *, step: int, version: int, staleness: int, batch_size: int,
                        losses: Sequence[float | None]) -> None:
         """One update row per rank, applied now (as each rank's ``record("update", ...)``)."""
@@ -137,3 +196,8 @@ class CohortRuntime:
         loss = None if all(v is None for v in losses) else np.array([math.nan if v is None else v for v in losses])
         block = UpdateBlock(self.world.env.now, self.ranks, step, version, staleness, np.full(n, batch_size), loss)
         self.world.record_update_block(block)
+
+
+def _largest_payload(tensors: Sequence[Any]) -> int:
+    """The largest payload in bytes (each distinct object sized once: cohorts repeat one phantom)."""
+    return max(payload_nbytes(t) for t in {id(t): t for t in tensors}.values())
