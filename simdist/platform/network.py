@@ -25,7 +25,7 @@ import numpy as np
 from ..registry import Registry
 from .topology import Link
 
-__all__ = ["max_min_rates", "Flow", "FlowNetwork", "NETWORK_MODELS"]
+__all__ = ["max_min_rates", "max_min_rounds", "Flow", "FlowNetwork", "NETWORK_MODELS"]
 
 _RELATIVE_EPS = 1e-9
 
@@ -37,20 +37,52 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) ->
     a link's unfrozen flows); freeze every flow crossing a link with that share (those links
     saturate together) and subtract; repeat. Every flow ends with a bottleneck link that is
     saturated and on which it has the largest rate. A flow with an empty route gets ``inf``.
+    A route that names a link twice counts once in that link's share and uses its capacity
+    once per mention.
 
-    Small problems (the common case inside a simulation) run in plain Python; from
-    :data:`_VECTOR_ABOVE` route entries on, the same allocation is computed on NumPy arrays,
+    Small problems (the common case inside a simulation) run in plain Python; above
+    :data:`_VECTOR_ABOVE` route entries the same allocation is computed on NumPy arrays,
     freezing every link that is already final in one round (see :func:`_max_min_rates_numpy`).
     """
-    if sum(len(route) for route in routes) > _VECTOR_ABOVE:
-        return _max_min_rates_numpy(routes, capacity)
-    return _max_min_rates_python(routes, capacity)
+    return _solve(routes, capacity)[0]
+
+
+def max_min_rounds(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> int:
+    """How many filling rounds :func:`max_min_rates` takes on this problem (for benchmarks).
+
+    The plain solver takes one round per distinct fair-share level; the vectorised one, the
+    length of the longest chain of bottleneck dependencies (routes that name a link twice
+    always go to the plain solver).
+    """
+    return _solve(routes, capacity)[1]
 
 
 _VECTOR_ABOVE = 256  # route entries (flow-link incidences) above which the NumPy solver is faster
+_TIE = 1e-12  # relative: fair shares this close count as equal
+
+
+def _solve(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> tuple[list[float], int]:
+    """Rates and rounds from the solver that is faster at this size.
+
+    Routes are seldom empty, so more flows than the bound go to NumPy without summing lengths.
+    """
+    if len(routes) > _VECTOR_ABOVE or sum(map(len, routes)) > _VECTOR_ABOVE:
+        return _fill_numpy(routes, capacity)
+    return _fill_python(routes, capacity)
 
 
 def _max_min_rates_python(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
+    """Plain progressive filling, one fair-share level per round: the reference allocation."""
+    return _fill_python(routes, capacity)[0]
+
+
+def _fill_python(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> tuple[list[float], int]:
+    """Rates by progressive filling on dicts and sets, and the number of rounds (levels) taken.
+
+    A link a route names twice can be left with negative capacity; its share is then
+    negative, the flows on it freeze at rate 0, and the tie margin is taken on the absolute
+    value so that the smallest share always freezes its own link.
+    """
     rates = [float("inf")] * len(routes)
     remaining: dict[int, float] = {}
     users: dict[int, set[int]] = defaultdict(set)
@@ -58,10 +90,12 @@ def _max_min_rates_python(routes: Sequence[Sequence[int]], capacity: Sequence[fl
         for link in route:
             users[link].add(f)
             remaining[link] = capacity[link]
+    rounds = 0
     while users:
+        rounds += 1
         shares = {link: remaining[link] / len(fs) for link, fs in users.items()}
         share = min(shares.values())
-        tie = share * (1 + 1e-12)
+        tie = share + abs(share) * _TIE
         frozen = {f for link, s in shares.items() if s <= tie for f in users[link]}
         share = max(share, 0.0)
         for f in frozen:
@@ -73,7 +107,7 @@ def _max_min_rates_python(routes: Sequence[Sequence[int]], capacity: Sequence[fl
                     flows_here.discard(f)
                     if not flows_here:
                         del users[link]
-    return rates
+    return rates, rounds
 
 
 def _max_min_rates_numpy(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
@@ -84,51 +118,109 @@ def _max_min_rates_numpy(routes: Sequence[Sequence[int]], capacity: Sequence[flo
     the share of every other link its unfrozen flows cross is already final: progressive
     filling would freeze its flows at exactly that share. Each round freezes all such links at
     once, so the rounds number the longest chain of bottleneck dependencies, not the levels.
+
+    That argument needs every flow to use a link's capacity once: where a route names a link
+    twice, freezing it can lower a share, the allocation depends on the order of the levels,
+    and the plain solver (which defines it) runs instead.
     """
-    n_flows = len(routes)
-    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=n_flows)
-    flat = np.array(list(itertools.chain.from_iterable(routes)), dtype=np.int64)
-    flow_of = np.repeat(np.arange(n_flows, dtype=np.int64), lengths)
-    n_links = len(capacity)
-    remaining = np.append(np.asarray(capacity, dtype=float), np.inf)  # a padding link that never binds
-    # a flow counts once on a link however often its route names it; it subtracts once per mention
-    pair = np.sort(flow_of * n_links + flat)
-    if pair.size > 1 and np.any(pair[1:] == pair[:-1]):
-        pair = np.unique(pair)
-    count = np.append(np.bincount(pair % n_links, minlength=n_links).astype(float), 0.0)
-    routed = np.flatnonzero(lengths > 0)
-    width = int(lengths.max()) if n_flows else 0
-    column = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    table = np.full((n_flows, max(width, 1)), n_links, dtype=np.int64)  # route of each flow, padded
-    table[flow_of, column] = flat
-    rates = np.full(n_flows, np.inf)
-    tie = 1e-12  # relative: shares this close count as equal (as in the plain solver)
-    active, routes_left = routed, table[routed]
-    while active.size:
-        live = count > 0
-        share = np.full(n_links + 1, np.inf)
-        np.divide(remaining, count, out=share, where=live)
-        incidence_share = share[routes_left]
-        flow_min = incidence_share.min(axis=1)
-        # a link is final unless one of its flows can be held lower by another link
-        with np.errstate(invalid="ignore"):  # inf - inf on links that no finite flow crosses
-            held_lower = flow_min[:, None] < incidence_share - np.abs(incidence_share) * tie
-        not_final = np.zeros(n_links + 1, dtype=bool)
-        not_final[routes_left[held_lower]] = True
-        final = live & ~not_final
-        frozen = final[routes_left].any(axis=1)
-        level = np.maximum(flow_min[frozen], 0.0)
-        rates[active[frozen]] = level
-        frozen_routes = routes_left[frozen]
-        remaining -= np.bincount(frozen_routes.ravel(), weights=np.repeat(level, frozen_routes.shape[1]),
-                                 minlength=n_links + 1)
-        frozen_flow = np.zeros(n_flows, dtype=bool)
-        frozen_flow[active[frozen]] = True
-        frozen_pairs = frozen_flow[pair // n_links]
-        count[:n_links] -= np.bincount(pair[frozen_pairs] % n_links, minlength=n_links)
-        pair = pair[~frozen_pairs]
-        active, routes_left = active[~frozen], routes_left[~frozen]
-    return rates.tolist()
+    return _fill_numpy(routes, capacity)[0]
+
+
+def _fill_numpy(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> tuple[list[float], int]:
+    """Rates by rounds of freezing every final link at once, and the number of rounds taken."""
+    flows, hops, used = _hop_columns(routes, len(capacity))
+    if _repeats_a_link(hops):
+        return _fill_python(routes, capacity)
+    rates = np.full(len(routes), np.inf)
+    remaining = _capacities(capacity, used)
+    count = np.zeros(used.size)
+    for hop in hops:
+        count += np.bincount(hop, minlength=used.size)
+    rounds = 0
+    while flows.size:
+        rounds += 1
+        with np.errstate(divide="ignore", invalid="ignore"):  # links no unfrozen flow crosses
+            share = np.maximum(remaining / count, 0.0)
+        level, frozen = _final_flows(share, hops)
+        if not frozen.any():
+            break  # the flows left cross only links of unbounded capacity: they keep rate inf
+        level = level.compress(frozen)
+        rates[flows.compress(frozen)] = level
+        _take_capacity(remaining, count, hops, frozen, level)
+        flows, hops = _drop(flows, hops, ~frozen)
+    return rates.tolist(), rounds
+
+
+def _hop_columns(routes: Sequence[Sequence[int]], n_links: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The routed flows, longest route first; their links hop by hop; the links used.
+
+    ``hops[j][i]`` is the ``j``-th link of flow ``flows[i]``, numbered by position in ``used``
+    (so per-link arrays are only as long as the links in play, which on a large platform with
+    few flows is a small fraction). Column ``j`` holds only the flows with more than ``j``
+    hops, which (longest first) are a prefix of ``flows``: per-flow reductions are a few
+    whole-column operations instead of a segmented reduction, and no padding is needed.
+    """
+    lengths = np.fromiter(map(len, routes), dtype=np.intp, count=len(routes))
+    flat = np.fromiter(itertools.chain.from_iterable(routes), dtype=np.intp, count=int(lengths.sum()))
+    in_use = np.zeros(n_links, dtype=bool)
+    in_use[flat] = True
+    flat = (np.cumsum(in_use) - 1).take(flat)
+    starts = np.cumsum(lengths) - lengths
+    order = np.argsort(-lengths, kind="stable")
+    flows = order[:np.count_nonzero(lengths)]
+    longer_than = flows.size - np.cumsum(np.bincount(lengths[flows]))  # flows with more than j hops
+    first_link = starts[flows]
+    hops = [flat.take(first_link[:n] + j) for j, n in enumerate(longer_than.tolist()) if n]
+    return flows, hops, np.flatnonzero(in_use)
+
+
+def _capacities(capacity: Sequence[float], used: np.ndarray) -> np.ndarray:
+    """The capacities of the used links, as floats: item by item when few are used, else all at once."""
+    if 8 * used.size < len(capacity):
+        return np.fromiter(map(capacity.__getitem__, used.tolist()), dtype=float, count=used.size)
+    return np.asarray(capacity, dtype=float).take(used)
+
+
+def _repeats_a_link(hops: list[np.ndarray]) -> bool:
+    """Whether some route names a link twice (hop columns compared pairwise)."""
+    return any(np.any(later == hops[i][:later.size]) for j, later in enumerate(hops) for i in range(j))
+
+
+def _final_flows(share: np.ndarray, hops: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each unfrozen flow's smallest share, and whether it crosses a link that is final now.
+
+    A link is final when no flow on it has a smaller share elsewhere (within the tie margin);
+    a link of unbounded capacity waits until nothing else is left.
+    """
+    flow_min = share.take(hops[0])
+    for hop in hops[1:]:
+        head = flow_min[:hop.size]
+        np.minimum(head, share.take(hop), out=head)
+    link_min = np.full(share.size, np.inf)
+    for hop in hops:
+        np.minimum.at(link_min, hop, flow_min[:hop.size])
+    final = (link_min >= share * (1 - _TIE)) & (share < np.inf)
+    frozen = final.take(hops[0])
+    for hop in hops[1:]:
+        head = frozen[:hop.size]
+        np.logical_or(head, final.take(hop), out=head)
+    return flow_min, frozen
+
+
+def _take_capacity(remaining: np.ndarray, count: np.ndarray, hops: list[np.ndarray], frozen: np.ndarray,
+                   level: np.ndarray) -> None:
+    """Subtract the frozen flows (rates ``level``, in order) from their links' capacity and count."""
+    gone = [hop.compress(frozen[:hop.size]) for hop in hops]  # frozen flows with > j hops lead ``level``
+    links = np.concatenate(gone)
+    weights = np.concatenate([level[:g.size] for g in gone])
+    remaining -= np.bincount(links, weights=weights, minlength=remaining.size)
+    count -= np.bincount(links, minlength=count.size)
+
+
+def _drop(flows: np.ndarray, hops: list[np.ndarray], keep: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The flows and hop columns without the frozen flows (order, hence prefixes, preserved)."""
+    kept = (hop.compress(keep[:hop.size]) for hop in hops)
+    return flows.compress(keep), [hop for hop in kept if hop.size]
 
 
 @dataclass(eq=False)
@@ -142,10 +234,12 @@ class Flow:
     dst: int | None = None
     remaining: float = field(init=False)
     counted_bytes: float = field(init=False)  # whole bytes for the counters: sums of integers are exact
+    link_indices: tuple[int, ...] = field(init=False, repr=False)  # the route as the solver takes it
     rate_Bps: float = 0.0
     started_s: float = 0.0
 
     def __post_init__(self) -> None:
+        self.link_indices = tuple(link.index for link in self.route)
         self.remaining = float(self.nbytes)
         self.counted_bytes = float(math.ceil(self.nbytes))
 
@@ -265,7 +359,7 @@ class FlowNetwork:
         if not self.active:
             return
         self.solves += 1
-        rates = max_min_rates([[link.index for link in f.route] for f in self.active], self._capacity)
+        rates = max_min_rates([f.link_indices for f in self.active], self._capacity)
         for flow, rate in zip(self.active, rates):
             flow.rate_Bps = rate
         next_s = min(max(f.remaining, 0.0) / f.rate_Bps for f in self.active)
