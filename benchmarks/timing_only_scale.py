@@ -70,7 +70,7 @@ def main() -> None:
         costs.append(ms)
         line = f"  {gpus:5d}  {ms:12.3f}  {ms / gpus * 1e3:7.2f}  {first:12.3f} s"
         if gpus <= args.reference_up_to:
-            reference, _ = steady_ms(gpus, 10, 1, lockstep=False)
+            reference, _ = steady_ms(gpus, 20, 2, lockstep=False)
             line += f"  {reference:15.3f} ms  {ms / reference:6.3f}"
         print(line)
     exponent = float(np.polyfit(np.log(GPUS), np.log(costs), 1)[0])
