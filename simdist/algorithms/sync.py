@@ -179,7 +179,7 @@ class Sync(PeerAlgorithm):
                 total = flat_concat([s for _, s in sorted(zip((b.start for b in self.buckets), sums),
                                                           key=lambda pair: pair[0])])
             else:
-                yield computing
+                yield computing.event
                 total = yield rt.allreduce(group, self._cohort_wire(computing, None), algorithm=config.collective)
             replica.apply_gradient(average_gradient(total, ctx.n_workers))
             step += 1

@@ -45,7 +45,7 @@ def cohort_supported(world: Any) -> bool:
 
 
 class CohortCompute:
-    """Forward/backward of every rank of a cohort; its event fires when the slowest is done."""
+    """Forward/backward of every rank of a cohort; ``event`` fires when the slowest is done."""
 
     def __init__(self, event: simpy.Event, start_s: float, durations_s: np.ndarray,
                  results: Callable[[], tuple[list[Any], list[float | None]]], uniform: bool):

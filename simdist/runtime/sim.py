@@ -28,7 +28,7 @@ from ..platform.topology import Link, Platform
 from ..recorder import Recorder, UpdateBlock
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
 from .base import ANY, GradResult, Group, Message
-from .cohort import CohortCompute, CohortProcess, CohortRuntime
+from .cohort import CohortProcess, CohortRuntime
 from .collectives import FIDELITIES, Transfer, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
 
 __all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest"]
@@ -149,18 +149,9 @@ class SimWorld:
         return self.env.process(self._drive(rank, generator))
 
     def spawn_cohort(self, ranks: Iterable[int], process: CohortProcess) -> simpy.Process:
-        """Run a cohort process for ``ranks`` moving in lockstep (see :mod:`.cohort`)."""
-        return self.env.process(self._drive_cohort(process(CohortRuntime(self, list(ranks)))))
-
-    @staticmethod
-    def _drive_cohort(generator: Generator):
-        value: Any = None
-        while True:
-            try:
-                request = generator.send(value)
-            except StopIteration:
-                return
-            value = yield request.event if isinstance(request, CohortCompute) else request
+        """Run a cohort process for ``ranks`` moving in lockstep (see :mod:`.cohort`); its
+        requests are SimPy events, so SimPy drives it directly."""
+        return self.env.process(process(CohortRuntime(self, list(ranks))))
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
