@@ -237,3 +237,12 @@ def test_rounds_follow_the_longest_bottleneck_chain_not_the_number_of_flows():
 def test_rounds_of_the_plain_solver_count_its_levels():
     assert max_min_rounds([[0], [0, 1], [1]], [1.0, 2.0]) == 2
     assert max_min_rounds([], [1.0]) == 0
+
+
+def test_flows_on_disjoint_links_get_their_narrowest_link_like_progressive_filling():
+    routes = [[0, 3], [1], [], [2, 4, 5]]
+    capacity = [5.0, 2.0, 7.0, 4.0, 1.5, 9.0]
+    assert max_min_rates(routes, capacity) == [4.0, 2.0, float("inf"), 1.5]
+    assert max_min_rates(routes, capacity) == _max_min_rates_python(routes, capacity)
+    shared = [[0, 1], [1]]  # one shared link: the shortcut does not apply
+    assert max_min_rates(shared, [5.0, 2.0]) == _max_min_rates_python(shared, [5.0, 2.0]) == [1.0, 1.0]
