@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from simdist.algorithms import parameter_server
 from simdist.errors import InputError
 from helpers import run_by_hand
 from simdist.scenario import scenario_from_dict
@@ -180,6 +181,20 @@ def test_two_runs_are_identical(case):
     assert first.recorder.events == second.recorder.events
     assert first.recorder.evals == second.recorder.evals
     assert first.virtual_time_s == second.virtual_time_s
+
+
+@pytest.mark.parametrize("case", ["asgd", "asgd-2-servers", "nsoftsync-n1-after-update-heterogeneous",
+                                  "dbs-heterogeneous"])
+def test_messages_without_copies_give_the_run_with_copies(case, monkeypatch):
+    """Gradients and weights travel as handovers; copying them at every send changes nothing."""
+    def final_params(algorithm):
+        return next(iter(algorithm.evaluation_replicas().values())).params
+
+    shared_algorithm, shared_world, _ = run_by_hand(scenario(**CASES[case]))
+    monkeypatch.setattr(parameter_server, "Handover", lambda value: value)  # snapshot() copies plain tensors
+    copied_algorithm, copied_world, _ = run_by_hand(scenario(**CASES[case]))
+    assert shared_world.recorder.updates == copied_world.recorder.updates
+    assert torch.equal(final_params(shared_algorithm), final_params(copied_algorithm))
 
 
 def test_two_servers_each_apply_every_gradient_to_their_shard():

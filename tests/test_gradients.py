@@ -36,6 +36,9 @@ def _module(name: str) -> nn.Module:
         return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(inplace=True), nn.Linear(16, 10))
     if name == "shared":  # one Linear used twice: fast path must bail out
         return _Shared()
+    if name == "nested":  # nested Sequential, a Linear without bias, Identity: still stackable
+        return nn.Sequential(nn.Flatten(), nn.Sequential(nn.Linear(64, 16, bias=False), nn.ReLU()), nn.Identity(),
+                             nn.Linear(16, 10))
     raise AssertionError(name)
 
 
@@ -154,3 +157,72 @@ def test_pending_gradients_evaluate_once_for_all_handles():
     late = pending.submit(*requests[0])
     late.result()
     assert calls == [5, 1]
+
+
+# -- requests at different parameters (asynchronous algorithms) -------------------------------------
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8)
+
+
+def _assert_bitwise(got, expected):
+    assert len(got) == len(expected)
+    for (g, loss), (e, e_loss) in zip(got, expected):
+        assert torch.equal(_bits(g), _bits(e))
+        assert loss == e_loss
+
+
+def _apart_requests(evaluator, base, k, size, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [(base + 0.05 * torch.randn(base.shape, generator=gen), *_batch(seed * 100 + i, size)) for i in range(k)]
+
+
+def test_stack_plan_only_for_sequential_linear_models():
+    assert _evaluator("mlp")[0]._stack_plan is not None and _evaluator("nested")[0]._stack_plan is not None
+    for name in ("cnn", "batchnorm", "layernorm", "inplace", "shared"):
+        assert _evaluator(name)[0]._stack_plan is None, name
+
+
+@pytest.mark.parametrize("name, size, k", [("mlp", 32, 5), ("mlp", 24, 11), ("mlp", 7, 3), ("mlp", 1, 4),
+                                           ("nested", 16, 6)])
+def test_different_params_equal_one_at_a_time_bit_for_bit(name, size, k):
+    evaluator, base = _evaluator(name)
+    for seed in range(3):  # the first call probes the shape, the others stack it if that is exact
+        requests = _apart_requests(evaluator, base, k, size, seed)
+        expected = [evaluator.gradient(*r) for r in requests]
+        _assert_bitwise(evaluator.gradients(requests), expected)
+    assert (size, k, torch.get_num_threads()) in evaluator._stack_exact
+
+
+def test_stacked_path_computes_the_gradients(monkeypatch):
+    """Forced on whatever the probe says: equal within float tolerance, in request order."""
+    evaluator, base = _evaluator("mlp")
+    monkeypatch.setattr(GradientEvaluator, "_stacking_exact", lambda self, requests: True)
+    requests = _apart_requests(evaluator, base, 6, 16, 1)
+    requests[2] = (requests[2][0], *_batch(99, 8))  # another batch size: its own stack (of one)
+    expected = [evaluator.gradient(*r) for r in requests]
+    _assert_same(evaluator.gradients(requests), expected)
+
+
+def test_stacking_is_refused_where_it_rounds_differently(monkeypatch):
+    evaluator, base = _evaluator("mlp")
+    stacked = GradientEvaluator._stacked
+
+    def off_by_rounding(self, requests):
+        grads, losses = stacked(self, requests)
+        return grads * (1 + 2**-20), losses
+
+    monkeypatch.setattr(GradientEvaluator, "_stacked", off_by_rounding)
+    for seed in range(2):
+        requests = _apart_requests(evaluator, base, 4, 16, seed)
+        _assert_bitwise(evaluator.gradients(requests), [evaluator.gradient(*r) for r in requests])
+    assert evaluator._stack_exact == {(16, 4, torch.get_num_threads()): False}
+
+
+def test_probing_a_shape_leaves_the_global_random_stream_alone():
+    evaluator, base = _evaluator("mlp")
+    requests = _apart_requests(evaluator, base, 3, 8, 0)
+    state = torch.random.get_rng_state()
+    evaluator.gradients(requests)
+    assert evaluator._stack_exact and torch.equal(torch.random.get_rng_state(), state)

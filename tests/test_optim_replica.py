@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,7 @@ from simdist.training import (
     payload_nbytes,
     snapshot,
 )
+from simdist.training.replica import Handover
 
 
 def _flat(module: nn.Module, attr: str = "data") -> torch.Tensor:
@@ -149,3 +152,50 @@ def test_snapshot_isolates_tensors():
     assert torch.equal(copy["parts"][1][0], torch.zeros(3)) and copy["parts"][1][1] == 5
     assert copy["phantom"] is phantom and copy["array"][0] == 0
     assert isinstance(copy["parts"][1], tuple)
+
+
+@pytest.mark.parametrize("options", [
+    {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
+    {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": True},
+    {"name": "adam", "lr": 0.01, "weight_decay": 0.1},
+])
+def test_fresh_steps_equal_in_place_steps_and_leave_the_old_tensor(options):
+    optimizer = make_optimizer(OptimizerConfig(**options))
+    torch.manual_seed(0)
+    start = torch.randn(50)
+    in_place, fresh = Replica(start.clone(), optimizer), Replica(start.clone(), optimizer)
+    for _ in range(3):
+        grad = torch.randn(50)
+        before, values = fresh.params, fresh.params.clone()
+        in_place.apply_gradient(grad)
+        fresh.apply_gradient_fresh(grad)
+        assert fresh.params is not before and torch.equal(before, values)
+        assert torch.equal(fresh.params.view(torch.uint8), in_place.params.view(torch.uint8))
+
+
+def test_adopt_shares_the_tensor_and_load_copies():
+    replica = Replica(torch.zeros(4), make_optimizer(OptimizerConfig()))
+    weights = torch.ones(4)
+    replica.adopt(weights)
+    assert replica.params is weights
+    replica.load(torch.full((4,), 2.0))
+    assert replica.params is weights and torch.equal(weights, torch.full((4,), 2.0))
+    phantom = PhantomReplica(4, make_optimizer(OptimizerConfig()))
+    phantom.adopt(PhantomTensor(4))
+    phantom.apply_gradient_fresh(PhantomTensor(4))
+    assert phantom.params.numel() == 4
+
+
+def test_a_handover_is_sent_without_a_copy_and_sized_as_its_value():
+    t = torch.zeros(10)
+    message = {"grad": Handover(t), "step": 3, "parts": [Handover(t), t]}
+    sent = snapshot(message)
+    assert sent["grad"] is t and sent["parts"][0] is t and sent["parts"][1] is not t
+    assert payload_nbytes(message) == payload_nbytes({"grad": t, "step": 3, "parts": [t, t]}) == 40 + 8 + 80
+    assert payload_nbytes(Handover(PhantomTensor(10, torch.bfloat16))) == 20
+
+
+def test_a_handover_pickles_as_its_value():
+    """The MPI runtime pickles payloads: the receiver gets the bare value."""
+    message = pickle.loads(pickle.dumps({"grad": Handover(torch.arange(3.0)), "version": 2}))
+    assert torch.equal(message["grad"], torch.arange(3.0)) and message["version"] == 2

@@ -33,6 +33,15 @@ worker has sent its final push or waits for an ``after_update`` reply), so every
 is applied exactly once and the run ends once all workers have their acknowledgements.
 Servers loop forever; the simulation ends when every worker process has ended.
 
+Copies: none per message. A pushed gradient is fresh and its worker never touches it
+again, and a server's update makes a new weight tensor instead of writing into the old
+one (:meth:`~simdist.training.replica.Replica.apply_gradient_fresh`), so both travel as a
+:class:`~simdist.training.replica.Handover`: the receiver reads the sender's tensor, which
+nobody writes to any more. A worker adopts the weights it receives as its replica's
+parameters; workers that pulled the same version share one tensor, which the gradient
+evaluator then recognises as equal weights without comparing values. What each gradient
+is computed on, and the numbers, are the same as with copies.
+
 Records: every applied gradient is one ``update`` row written by server 0 (for k > 1,
 server 0's shard stands for the model: rows = gradients, versions are server 0's), with
 ``age_s`` = apply time − time the worker read the weights. Every server's version and
@@ -51,7 +60,7 @@ from pydantic import Field, NonNegativeInt, model_validator
 
 from ..errors import InputError, SimulationError
 from ..runtime.base import Runtime
-from ..training.replica import PhantomReplica, Replica
+from ..training.replica import Handover, PhantomReplica, Replica
 from .async_math import shard_bounds, staleness
 from .base import Algorithm, AlgorithmConfig, AlgorithmContext, Process
 from .tensors import flat_concat, flat_slice
@@ -270,11 +279,11 @@ class ParameterServerAlgorithm(Algorithm):
             size = policy.next_batch_size(rt, replies[0])
             batch = data.next_batch(size)
             final = data.exhausted
-            replica.load(replies[0]["params"] if len(replies) == 1 else flat_concat([r["params"] for r in replies]))
+            replica.adopt(replies[0]["params"] if len(replies) == 1 else flat_concat([r["params"] for r in replies]))
             result = yield rt.compute(replica, batch)
             report = policy.report()
             for server, reply in zip(self.servers_, replies):
-                rt.send(server.rank, {"grad": flat_slice(result.grad, server.start, server.stop),
+                rt.send(server.rank, {"grad": Handover(flat_slice(result.grad, server.start, server.stop)),
                                       "version": reply["version"], "batch_size": batch.size, "loss": result.loss,
                                       "read_s": read_s, "final": final, "report": report}, tag=TAG_PUSH)
             replies = yield from self._receive(rt)
@@ -328,7 +337,7 @@ class ParameterServerAlgorithm(Algorithm):
         pending, server.pending = server.pending, []
         stalenesses = [staleness(server.version, p.version_read) for p in pending]
         grad, lr = self.combine(pending, stalenesses)
-        server.replica.apply_gradient(grad, lr=lr)
+        server.replica.apply_gradient_fresh(grad, lr=lr)  # replies already sent keep their weights
         server.version += 1
         server.gradients_applied += len(pending)
         if server.index == 0:
@@ -341,6 +350,6 @@ class ParameterServerAlgorithm(Algorithm):
             self._reply(rt, server, rank, ack=rank in server.finished)
 
     def _reply(self, rt: Runtime, server: ServerState, dst: int, *, ack: bool = False) -> None:
-        payload = {"params": None if ack else server.replica.params, "version": server.version,
+        payload = {"params": None if ack else Handover(server.replica.params), "version": server.version,
                    **self.reply_extra(server)}
         rt.send(dst, payload, tag=TAG_WEIGHTS)

@@ -4,7 +4,8 @@ Distributed algorithms need the optimizer's step as a value, not only as a side 
 DC-S3GD sends and corrects the update ``U(g)``, parameter servers apply a worker's update
 to their own copy, local-SGD methods average steps. So an :class:`Optimizer` here computes
 the step ``delta`` to *add* to the parameters (``update``) and updates its state (momentum
-buffers) in place; ``step`` is ``params += update(...)``.
+buffers) in place; ``step`` is ``params += update(...)`` and ``stepped`` is
+``params + update(...)`` as a new tensor (same values; the old one is left as it was).
 
 The arithmetic follows ``torch.optim.SGD`` (momentum with dampening 0, Nesterov, L2 weight
 decay added to the gradient) and ``torch.optim.Adam`` (L2 weight decay, no AMSGrad) exactly,
@@ -65,6 +66,9 @@ class Optimizer(Protocol):
 
     def step(self, params: torch.Tensor, grad: torch.Tensor, state: dict, lr: float | None = None) -> None: ...
 
+    def stepped(self, params: torch.Tensor, grad: torch.Tensor, state: dict,
+                lr: float | None = None) -> torch.Tensor: ...
+
 
 class _Base:
     def __init__(self, config: OptimizerConfig):
@@ -73,6 +77,10 @@ class _Base:
     def step(self, params: torch.Tensor, grad: torch.Tensor, state: dict, lr: float | None = None) -> None:
         """Apply one update to ``params`` in place."""
         params.add_(self.update(params, grad, state, lr=lr))
+
+    def stepped(self, params: torch.Tensor, grad: torch.Tensor, state: dict, lr: float | None = None) -> torch.Tensor:
+        """The parameters after one update, as a new tensor; ``params`` is not written."""
+        return params.add(self.update(params, grad, state, lr=lr))
 
     def _decayed(self, params: torch.Tensor, grad: torch.Tensor, weight_decay: float | None) -> torch.Tensor:
         wd = self.config.weight_decay if weight_decay is None else weight_decay

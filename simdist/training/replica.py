@@ -9,7 +9,10 @@ and a :class:`PhantomReplica` accepts every call and does nothing.
 
 :func:`payload_nbytes` says how many bytes a message payload puts on the wire and
 :func:`snapshot` copies a payload at send time, so a message in flight does not change
-when its sender later updates the tensor it sent.
+when its sender later updates the tensor it sent. A sender that will never write to a
+tensor again wraps it in :class:`Handover` and saves that copy; a replica that hands its
+weights out this way updates them with :meth:`Replica.apply_gradient_fresh`, which leaves
+the tensor it replaces untouched.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 from .optim import Optimizer
 
-__all__ = ["Replica", "PhantomTensor", "PhantomReplica", "payload_nbytes", "snapshot"]
+__all__ = ["Replica", "PhantomTensor", "PhantomReplica", "Handover", "payload_nbytes", "snapshot"]
 
 
 class Replica:
@@ -46,9 +49,20 @@ class Replica:
         """One optimizer step on ``params`` in place."""
         self.optimizer.step(self.params, grad, self.opt_state, lr=lr)
 
+    def apply_gradient_fresh(self, grad: torch.Tensor, lr: float | None = None) -> None:
+        """One optimizer step into a new tensor that becomes ``params`` (same values as
+        :meth:`apply_gradient`). The tensor replaced is never written again, so whoever was
+        handed it (a :class:`Handover` in a message) keeps valid weights without a copy."""
+        self.params = self.optimizer.stepped(self.params, grad, self.opt_state, lr=lr)
+
     def load(self, params: torch.Tensor) -> None:
         """Copy ``params``' values in (optimizer state is kept)."""
         self.params.copy_(params)
+
+    def adopt(self, params: torch.Tensor) -> None:
+        """Use ``params`` itself as the parameters, without a copy: for weights that nobody
+        writes to any more (received as a :class:`Handover`) and that this replica only reads."""
+        self.params = params
 
     def clone_params(self) -> torch.Tensor:
         return self.params.clone()
@@ -153,11 +167,41 @@ class PhantomReplica:
     def apply_gradient(self, grad: object, lr: float | None = None) -> None:
         """Nothing to compute in timing-only mode."""
 
+    apply_gradient_fresh = apply_gradient
+
     def load(self, params: object) -> None:
         """Nothing to copy in timing-only mode."""
 
+    adopt = load
+
     def clone_params(self) -> PhantomTensor:
         return self.params.clone()
+
+
+class Handover:
+    """A part of a message payload that its sender gives away: sent without a copy.
+
+    Sends copy tensors (:func:`snapshot`) because the sender may update them in place
+    later. A sender that never writes to ``value`` again (a freshly computed gradient,
+    weights a server replaces rather than updates) wraps it: the receiver gets ``value``
+    itself, and must only read it, since other receivers may share it. It counts as
+    ``value`` on the wire, and pickles as ``value`` (the MPI runtime sends it as usual).
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        return _unwrapped, (self.value,)
+
+    def __repr__(self) -> str:
+        return f"Handover({self.value!r})"
+
+
+def _unwrapped(value: Any) -> Any:
+    return value
 
 
 def payload_nbytes(obj: object) -> int:
@@ -165,8 +209,22 @@ def payload_nbytes(obj: object) -> int:
 
     Tensors and phantoms count ``numel * element_size`` (bf16 is half of fp32), NumPy
     arrays their ``nbytes``, Python numbers 8 bytes, strings their UTF-8 length and None
-    nothing; lists, tuples and dict *values* are summed (dict keys are labels, not data).
+    nothing; lists, tuples and dict *values* are summed (dict keys are labels, not data);
+    a :class:`Handover` counts as its value.
     """
+    kind = type(obj)  # the common exact types first: this runs for every message
+    if kind is dict:
+        return sum(map(payload_nbytes, obj.values()))
+    if kind is torch.Tensor or kind is PhantomTensor:
+        return obj.numel() * obj.element_size()
+    if kind is int or kind is float or kind is bool:
+        return 8
+    if kind is Handover:
+        return payload_nbytes(obj.value)
+    return _nbytes_by_kind(obj)
+
+
+def _nbytes_by_kind(obj: object) -> int:
     if obj is None:
         return 0
     if isinstance(obj, (torch.Tensor, PhantomTensor)):
@@ -189,7 +247,24 @@ def payload_nbytes(obj: object) -> int:
 
 
 def snapshot(obj: Any) -> Any:
-    """A copy of ``obj`` that later changes to the sender's tensors cannot reach."""
+    """A copy of ``obj`` that later changes to the sender's tensors cannot reach.
+
+    A :class:`Handover` is replaced by its value, uncopied: its sender has given it away.
+    """
+    kind = type(obj)  # the common exact types first: this runs for every message
+    if kind is dict:
+        return {k: snapshot(v) for k, v in obj.items()}
+    if kind is Handover:
+        return obj.value
+    if kind in _IMMUTABLE:
+        return obj
+    return _copied(obj)
+
+
+_IMMUTABLE = frozenset({PhantomTensor, type(None), bool, int, float, str, bytes})
+
+
+def _copied(obj: Any) -> Any:
     if isinstance(obj, PhantomTensor) or obj is None or isinstance(obj, (bool, int, float, str, bytes)):
         return obj
     if isinstance(obj, torch.Tensor):
