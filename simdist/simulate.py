@@ -69,6 +69,11 @@ def _gradient_source(workload: Workload, timing_only: bool, loss_curve: LossCurv
         x, y = workload.batch_tensors(batch)
         return workload.pending.submit(replica.params, x, y).result
 
+    def many(ranks: list[int], replicas: list[Any], batches: list[Any]):  # a cohort's batches, gathered at once
+        return [workload.pending.submit(replica.params, x, y).result
+                for replica, (x, y) in zip(replicas, workload.many_batch_tensors(batches))]
+
+    real.many = many
     return real
 
 

@@ -88,6 +88,8 @@ class CohortRuntime:
         source = world._gradient_source
         if getattr(source, "uniform", False):  # timing-only: one phantom gradient stands for every rank
             sources = [source(self._rank_list[0], replicas[0], batches[0])]
+        elif hasattr(source, "many"):  # one gather of every rank's batch
+            sources = source.many(self._rank_list, replicas, batches)
         else:
             sources = [source(rank, replica, batch) for rank, replica, batch in zip(self._rank_list, replicas, batches)]
         n = len(ends)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pydantic
 import torch
 from torch import nn
@@ -87,6 +88,14 @@ class Workload:
         """Features and labels of ``batch``'s training samples."""
         index = torch.from_numpy(batch.indices.copy())  # shards are read-only; torch wants writable
         return self.dataset.train_x[index], self.dataset.train_y[index]
+
+    def many_batch_tensors(self, batches: list[Batch]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``batch_tensors`` of every batch, gathered with one indexing of the training set
+        (each batch's tensors are views of the gathered ones)."""
+        index = torch.from_numpy(np.concatenate([batch.indices for batch in batches]))
+        x, y = self.dataset.train_x[index], self.dataset.train_y[index]
+        bounds = np.cumsum([0] + [batch.size for batch in batches])
+        return [(x[a:b], y[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
     def test_metrics(self, params: torch.Tensor, max_samples: int | None = None) -> tuple[float, float]:
         """(mean test loss, test accuracy) of ``params`` on the first ``max_samples`` test samples (default all)."""
