@@ -93,9 +93,9 @@ class Workload:
         """``batch_tensors`` of every batch, gathered with one indexing of the training set
         (each batch's tensors are views of the gathered ones)."""
         index = torch.from_numpy(np.concatenate([batch.indices for batch in batches]))
-        x, y = self.dataset.train_x[index], self.dataset.train_y[index]
-        bounds = np.cumsum([0] + [batch.size for batch in batches])
-        return [(x[a:b], y[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        sizes = [len(batch.indices) for batch in batches]
+        xs = torch.split(self.dataset.train_x[index], sizes)
+        return list(zip(xs, torch.split(self.dataset.train_y[index], sizes)))
 
     def test_metrics(self, params: torch.Tensor, max_samples: int | None = None) -> tuple[float, float]:
         """(mean test loss, test accuracy) of ``params`` on the first ``max_samples`` test samples (default all)."""
