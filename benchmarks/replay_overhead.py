@@ -32,13 +32,16 @@ from simdist.training.workload import build_workload
 
 TARGET_RATIO = 0.33
 TARGET_RATIO_ASGD = 0.7
+# sync trains with momentum; asgd's ~15 steps of staleness make that diverge, so it takes plain SGD
+OPTIMIZERS = {"sync": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+              "asgd": {"name": "sgd", "lr": 0.02, "momentum": 0.0}}
 
 
 def scenario(workers: int, steps: int, batch: int, algorithm: str = "sync") -> dict:
     return {
         "name": "replay-overhead",
         "workload": {"model": {"name": "mlp", "hidden": [128]}, "dataset": "digits", "batch_size": batch,
-                     "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9}},
+                     "optimizer": OPTIMIZERS[algorithm]},
         "algorithm": {"name": "sync", "collective": "ring"} if algorithm == "sync" else {"name": algorithm},
         "platform": {"preset": "laptop-cpu", "node": {"devices": workers + (algorithm != "sync")}},
         "workers": workers,
@@ -53,7 +56,8 @@ def naive_loop(workers: int, steps: int, batch: int, seed: int = 0) -> tuple[flo
     template = workload.module
     torch.nn.utils.vector_to_parameters(workload.initial_params(), template.parameters())
     replicas = [copy.deepcopy(template) for _ in range(workers)]
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in replicas]
+    config = OPTIMIZERS["sync"]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=config["lr"], momentum=config["momentum"]) for m in replicas]
     sharder = EpochSharder(len(workload.dataset.train_y), workers, seed)
     data = [ShardIterator(sharder, i) for i in range(workers)]
     start = time.perf_counter()
@@ -72,10 +76,10 @@ def naive_loop(workers: int, steps: int, batch: int, seed: int = 0) -> tuple[flo
     return elapsed, torch.nn.utils.parameters_to_vector(replicas[0].parameters()).detach()
 
 
-def _optimizer():
+def _optimizer(algorithm: str = "sync"):
     from simdist.training.optim import OptimizerConfig
 
-    return OptimizerConfig(name="sgd", lr=0.05, momentum=0.9)
+    return OptimizerConfig(**OPTIMIZERS[algorithm])
 
 
 def simulated(workers: int, steps: int, batch: int, algorithm: str = "sync") -> tuple[float, float]:
@@ -85,10 +89,11 @@ def simulated(workers: int, steps: int, batch: int, algorithm: str = "sync") -> 
 
 def naive_asgd_loop(workers: int, gradients: int, batch: int, seed: int = 0) -> float:
     """One model and optimizer; each worker's batch in turn: gradient, then an SGD step."""
-    workload = build_workload("mlp", {"hidden": [128]}, "digits", {}, _optimizer(), seed)
+    workload = build_workload("mlp", {"hidden": [128]}, "digits", {}, _optimizer("asgd"), seed)
     model = copy.deepcopy(workload.module)
     torch.nn.utils.vector_to_parameters(workload.initial_params(), model.parameters())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    config = OPTIMIZERS["asgd"]
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
     sharder = EpochSharder(len(workload.dataset.train_y), workers, seed)
     data = [ShardIterator(sharder, i) for i in range(workers)]
     start = time.perf_counter()
