@@ -1,24 +1,42 @@
 """Real-vs-simulated iteration time of every algorithm at 2 and 4 ranks on this machine.
 
-    python benchmarks/validation_table.py [--ranks 2,4] [--algorithms sync,asgd,...] [--out results/validation_table]
+    python benchmarks/validation_table.py [--ranks 2,4] [--algorithms sync,asgd,...] [--no-hetero]
+                                          [--out results/validation_table]
 
 Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
-with the algorithm swapped in; parameter-server algorithms use one rank as server. Prints one
-row per point: median and p90 absolute % error of iteration time, total-time error, the
-final-loss difference at the common step budget and both mean stalenesses. A point that fails
-prints its error and the table goes on.
+with the algorithm swapped in and a workload whose steps the compute model has to get right:
+an MLP [512, 512] on digits, batch 256 per worker (a forward/backward of about 7-8 ms at one
+torch thread on a recent x86 core; the quickstart MLP [128] at batch 32 takes 0.1 ms, so the
+driver's per-step Python work would dominate whatever the simulator predicts). Parameter-server
+algorithms use the last rank as server; daso runs on 2 simulated nodes of ranks/2 ranks, each
+node pinned to half of the cores; nnt needs a ring of >= 3 workers, so its "2" row is a 3-ring.
+The heterogeneous rows (asgd and dbs, 3 workers + server on 2 cores pinned '0;1;1;0': worker 0
+has core 0 to itself but for the server, workers 1 and 2 share core 1) are described to the
+simulator by the pinning alone (validate derives the CPU shares).
+
+Prints, per point: median and p90 absolute % error of iteration time (first iteration of each
+worker left out), total-time error, the final-loss difference at the common step budget, both
+mean stalenesses, how much CPU other processes used during the real run (cores), the real
+forward/backwards' wall / CPU time against the simulated one, and the replay diagnostic (the
+simulation given the compute cost the run itself measured; see simdist.real.validate). The
+host's load averages are printed before and after: on a host shared with other work the real
+times are not the machine's. A point that fails prints its error and the table goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 
 from simdist.real.validate import validate
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
-COMMON = ["stop.steps=60", "stop.epochs=20", "evaluation.max_samples=200"]
+COMMON = ["stop.steps=60", "stop.epochs=60", "evaluation.max_samples=200",
+          "workload.model={name: mlp, hidden: [512, 512]}", "workload.batch_size=256"]
+HETERO = {"asgd": "0;1;1;0", "dbs": "0;1;1;0"}  # 3 workers + server (rank 3) on 2 cores
 
 
 def overrides(algorithm: str, ranks: int) -> list[str] | None:
@@ -37,14 +55,48 @@ def overrides(algorithm: str, ranks: int) -> list[str] | None:
     raise ValueError(algorithm)
 
 
+HEADER = (f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>7} {'total %':>8} {'dloss':>9} "
+          f"{'stale real/sim':>15} {'other load':>10} {'wall/cpu real/sim':>18} {'replay med/p90':>15}")
+
+
+def row(label: str, ranks: int, s: dict) -> str:
+    """One table line from a validate summary."""
+    stale = f"{s['measured_mean_staleness'] or 0:.2f}/{s['predicted_mean_staleness'] or 0:.2f}"
+    dloss = s["final_loss_difference"]
+    load = s.get("host_foreign_load_cores")
+    slow = f"{s.get('measured_compute_wall_over_cpu') or 0:.2f}/{s.get('predicted_compute_wall_over_work') or 0:.2f}"
+    replay = s.get("replay")
+    adj = f"{replay['median_abs_iteration_error_pct']:.1f}/{replay['p90_abs_iteration_error_pct']:.1f}" \
+        if replay else "-"
+    return (f"{label:10} {ranks:5d} {s['median_abs_iteration_error_pct']:9.1f} {s['p90_abs_iteration_error_pct']:7.1f} "
+            f"{s['total_time_error_pct']:8.1f} {'n/a' if dloss is None else f'{dloss:9.2g}':>9} {stale:>15} "
+            f"{'?' if load is None else f'{load:.2f}':>10} {slow:>18} {adj:>15}")
+
+
+def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto") -> None:
+    try:
+        s = validate(SCENARIO, ranks, out, overrides=COMMON + sets, affinity=affinity, timeout_s=300, plots=False)
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
+        return
+    print(row(label, ranks, s), flush=True)
+
+
+def load_line(when: str) -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"# host load averages {when}: {one:.2f} {five:.2f} {fifteen:.2f} (1/5/15 min) on {os.cpu_count()} CPUs"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="2,4")
     parser.add_argument("--algorithms", default="sync,asgd,nsoftsync,dbs,daso,dcs3gd,nnt")
+    parser.add_argument("--no-hetero", action="store_true", help="leave out the heterogeneous asgd/dbs rows")
     parser.add_argument("--out", default="results/validation_table")
     args = parser.parse_args(argv)
-    header = f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>8} {'total %':>8} {'dloss':>9} {'stale real/sim':>15}"
-    print(header)
+    started = time.perf_counter()
+    print(load_line("before"))
+    print(HEADER, flush=True)
     for algorithm in args.algorithms.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
             if algorithm == "nnt":
@@ -53,17 +105,14 @@ def main(argv=None) -> int:
             if sets is None:
                 print(f"{algorithm:10} {ranks:5d}  (not applicable)")
                 continue
-            try:
-                s = validate(SCENARIO, ranks, Path(args.out) / f"{algorithm}-{ranks}", overrides=COMMON + sets,
-                             timeout_s=300, plots=False)
-            except Exception as exc:  # noqa: BLE001 - report and go on
-                print(f"{algorithm:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}")
-                continue
-            stale = f"{s['measured_mean_staleness'] or 0:.2f}/{s['predicted_mean_staleness'] or 0:.2f}"
-            dloss = s["final_loss_difference"]
-            print(f"{algorithm:10} {ranks:5d} {s['median_abs_iteration_error_pct']:9.1f} "
-                  f"{s['p90_abs_iteration_error_pct']:8.1f} {s['total_time_error_pct']:8.1f} "
-                  f"{'n/a' if dloss is None else f'{dloss:9.2g}':>9} {stale:>15}", flush=True)
+            point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}")
+    if not args.no_hetero:
+        for algorithm, affinity in HETERO.items():
+            if algorithm in args.algorithms.split(","):
+                point(f"{algorithm}-het", 4, overrides(algorithm, 4), Path(args.out) / f"{algorithm}-het",
+                      affinity=affinity)
+    print(load_line("after"))
+    print(f"# {time.perf_counter() - started:.0f} s")
     return 0
 
 

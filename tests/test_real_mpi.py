@@ -32,6 +32,8 @@ def _check(out: Path, summary: dict) -> pd.DataFrame:
             "predicted_compute_s", "measured_comm_s", "measured_wait_s", "iteration_error_pct"} <= set(table.columns)
     assert summary["median_abs_iteration_error_pct"] is not None
     assert summary["iterations_compared"] > 0
+    assert (out / "real" / "calibration.json").is_file() and (out / "calibration" / "host-cpu.yaml").is_file()
+    assert summary["calibration"]["forward_backward"]["t1_s"] > 0 and summary["replay"] is not None
     return table
 
 

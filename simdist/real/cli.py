@@ -1,8 +1,8 @@
 """``simdist validate SCENARIO --ranks N``: a real MPI run against its simulation.
 
     simdist validate SCENARIO --ranks N [--out DIR] [--set KEY=VALUE]... [--threads T]
-                     [--affinity '0;0;1'] [--network-overlay FILE] [--profile FILE] [--cores C]
-                     [--timeout-s S] [--no-plots]
+                     [--affinity auto|none|'0;1;1;0'] [--network-overlay FILE] [--profile FILE]
+                     [--cores C] [--timeout-s S] [--no-plots]
 
 Writes ``DIR/real`` and ``DIR/sim`` (result directories), ``DIR/validation.csv``,
 ``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the summary.
@@ -26,15 +26,16 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                         help="override a scenario field in both runs (repeatable)")
     parser.add_argument("--threads", "--cpus-per-rank", dest="threads", type=int, default=None,
                         help="torch threads per rank (default: the scenario's compute.threads)")
-    parser.add_argument("--affinity", default=None,
-                        help="real run only: cores per rank, ';'-separated (e.g. '0;0;1': ranks 0 and 1 share core 0); "
-                             "describe the same sharing to the simulator with --set platform.device_overrides=...")
+    parser.add_argument("--affinity", default="auto",
+                        help="cores per rank: 'auto' (default: not pinned on one node; a slice of the cores per "
+                             "simulated node), 'none', or ';'-separated core lists such as '0;1;1;0' (ranks 1 and 2 "
+                             "share core 1); the simulation is given the same sharing")
     parser.add_argument("--network-overlay", default=None,
                         help="platform overlay for the simulation (default: calibration/platforms/host-shm.yaml)")
     parser.add_argument("--profile", default=None,
-                        help="compute profile for the simulation (default: measure the scenario's model here first)")
+                        help="compute profile for the simulation (default: calibrated from the real run's workers)")
     parser.add_argument("--cores", type=float, default=None,
-                        help="host cores the ranks share in the simulation (default: os.cpu_count())")
+                        help="cores per node the simulation shares among the ranks (default: from the placement)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit of the real run")
     parser.add_argument("--no-plots", action="store_true", help="no figures")
     parser.set_defaults(func=_cmd_validate)

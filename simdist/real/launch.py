@@ -2,6 +2,11 @@
 
 Missing ``mpiexec`` or ``mpi4py`` is an :class:`~simdist.errors.InputError` (one line), as is a
 run that fails or outlives its timeout; the last lines the ranks wrote are part of the message.
+
+MPICH's progress throttle is switched on (:data:`MPICH_ENV`): a rank blocked in an MPI wait
+that has made no progress for a while (a peer descheduled: more ranks than cores, or other
+processes on the host) then sleeps briefly instead of spinning, leaving the core to the rank
+it waits for.
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ from typing import Sequence
 
 from ..errors import InputError
 
-__all__ = ["mpi_available", "run_real"]
+__all__ = ["mpi_available", "run_real", "MPICH_ENV"]
+
+# MPICH (ch4): after this many progress polls without progress, usleep(1) before the next poll;
+# a poll takes well under a microsecond, so a live exchange never reaches the count
+MPICH_ENV = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1024"}
 
 
 def mpi_available() -> str | None:
@@ -30,8 +39,14 @@ def mpi_available() -> str | None:
 
 def run_real(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
              threads: int | None = None, affinity: str | None = None, timeout_s: float = 600.0,
-             plots: bool = True) -> Path:
-    """Run ``scenario`` for real on ``ranks`` MPI processes; the result directory is ``out``."""
+             plots: bool = True, calibrate: int = 0) -> Path:
+    """Run ``scenario`` for real on ``ranks`` MPI processes; the result directory is ``out``.
+
+    ``affinity``: cores per rank (see :mod:`.placement`; None or '' = not pinned);
+    ``calibrate``: timed forward/backwards per batch size before the run, plus the runtime's
+    message and allreduce timings (0 = none; :mod:`.calibration`).
+    """
+
     why = mpi_available()
     if why:
         raise InputError(why, source="simdist validate")
@@ -45,7 +60,9 @@ def run_real(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
         command += ["--affinity", affinity]
     if not plots:
         command.append("--no-plots")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads or 1))
+    if calibrate:
+        command += ["--calibrate", str(calibrate)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads or 1), **MPICH_ENV)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:

@@ -6,19 +6,31 @@ which turns each yielded request into MPI calls and records wall-clock spans int
 
 * ``compute`` runs the real forward/backward at the call, synchronously (its request is
   already complete when yielded; ``at_fraction`` therefore gives no overlap);
-* ``send``/``recv``/``poll`` are pickled point-to-point messages (buffered ``ibsend``, so a
-  send completes at the call like a delivery into the simulator's mailbox; matched probe on
-  the receiving side), carrying the send time so a receive splits into ``wait`` (sender not there yet) and
-  ``comm``;
+* ``send``/``recv``/``poll`` are point-to-point messages on an mpi4py ``pkl5`` communicator
+  (buffered ``ibsend``, so a send completes at the call like a delivery into the simulator's
+  mailbox; matched probe on the receiving side); tensors travel out of band, not pickled
+  (:mod:`.wire`). A message carries its send time so a receive splits into ``wait`` (sender
+  not there yet) and ``comm``;
 * collectives run non-blocking (``Iallreduce``, ``Ibcast``, ``Iallgather``) on a
   communicator per group made with ``Create_group`` at the group's first collective; a tiny
   ``Iallreduce(MAX)`` of arrival times beside each one tells when the last member arrived
-  (``wait`` before it, ``comm`` after);
+  (``wait`` before it, ``comm`` after). Once every member has arrived the data phase is one
+  blocking ``Waitall``: it cannot deadlock then, and polling it from Python between sleeps
+  would stretch every protocol round trip by a sleep;
 * ``busy`` costs nothing extra: the work it models (a server's update) is real here.
 
-Every wait is a test loop that also watches a control communicator, so a rank can be told
-to stop (step limit reached elsewhere, every worker done) while blocked. Half-precision
-tensors are reduced in float32 and cast back; bfloat16 moves as int16 bits otherwise.
+Waiting: until the awaited peer has arrived, a wait is a test loop that also watches a
+control communicator, so a rank can be told to stop (step limit reached elsewhere, every
+worker done) while blocked. A rank with a core to itself spins for a while before it sleeps
+between tests; a rank sharing its cores with other ranks (ranks > cores) sleeps at once, so
+waiting ranks leave the cores to the computing ones — what the simulator's processor sharing
+assumes. Half-precision tensors are reduced in float32 and cast back; bfloat16 moves as
+int16 bits otherwise.
+
+CPU accounting (:class:`CpuClock`): every span carries ``host_cpu_s``, the rank's CPU
+seconds so far spent neither computing nor waiting — the algorithm's own tensor work
+(optimizer steps, averaging, payload handling) and the driver's — and compute spans carry
+their own ``cpu_s``. :mod:`.validate` calibrates the simulation's per-step host cost from them.
 """
 
 from __future__ import annotations
@@ -34,13 +46,28 @@ from ..errors import SimulationError
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
 from ..training.replica import payload_nbytes
+from .wire import pack, unpack
 
-__all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped"]
+__all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped", "CpuClock"]
 
 CTL_STOP, CTL_DONE = 1, 2
 BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are touched only when used)
-_SPIN_TESTS = 200  # test this often back to back before sleeping between tests
+_SPIN_S = 0.5e-3  # a rank with a core to itself spins this long before sleeping between tests
 _SLEEP_S = 50e-6
+_CONTROL_EVERY = 16  # tests between looks at the control communicator
+
+
+class CpuClock:
+    """One rank's thread CPU time split into compute, waiting and host work (the rest)."""
+
+    def __init__(self):
+        self.start_s = time.thread_time()
+        self.compute_s = 0.0
+        self.wait_s = 0.0
+
+    def host_s(self) -> float:
+        """CPU seconds spent on neither compute nor waiting since the clock started."""
+        return time.thread_time() - self.start_s - self.compute_s - self.wait_s
 
 
 class Stopped(Exception):
@@ -86,13 +113,15 @@ class ComputeRequest(_Request):
 
 
 class _SendRequest(_Request):
+    """A buffered send on the ``pkl5`` communicator (its ``test()`` returns ``(done, value)``)."""
+
     def __init__(self, mpi_request, started_s: float):
         super().__init__("send", started_s)
         self._req = mpi_request
 
     def test(self) -> bool:
         if not self.done:
-            self.done = self._req.Test()
+            self.done = bool(self._req.test()[0])
         return self.done
 
 
@@ -117,11 +146,12 @@ class _CollectiveRequest(_Request):
         self._requests, self._arrival, self._finish, self._keep = requests, arrival, finish, keep
 
     def test(self) -> bool:
-        if not self.done:
+        """Done once every member has arrived and the data phase (waited for at once) is over."""
+        if not self.done and self._requests[0].Test():
             from mpi4py import MPI
 
-            if MPI.Request.Testall(self._requests):
-                self.done, self.started_s, self.value = True, float(self._arrival[0]), self._finish()
+            MPI.Request.Waitall(self._requests[1:])
+            self.done, self.started_s, self.value = True, float(self._arrival[0]), self._finish()
         return self.done
 
 
@@ -141,11 +171,12 @@ class MPIWorld:
     """Shared state of one rank's process in a real run: communicators, clock, recorder."""
 
     def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
-                 stop_steps: int | None = None, time_limit_s: float | None = None):
+                 stop_steps: int | None = None, time_limit_s: float | None = None, spin: bool = True):
         from mpi4py import MPI
+        from mpi4py.util import pkl5
 
         self.MPI = MPI
-        self.comm = comm.Dup()  # algorithm messages
+        self.comm = pkl5.Intracomm(comm.Dup())  # algorithm messages, tensors out of band
         self.ctl = comm.Dup()  # stop / done notices and the final gather
         self._create = comm.Dup()  # Create_group traffic
         self.rank = comm.Get_rank()
@@ -153,20 +184,27 @@ class MPIWorld:
         self.recorder = recorder
         self.gradient = gradient  # (replica, batch) -> (flat grad, loss)
         self.workers = tuple(workers)
+        self.spin = spin  # this rank has a core to itself: waiting may spin
         self.stop_steps = stop_steps
         self.time_limit_s = time_limit_s
         self.step_limit_hit = False
         self.stop_reason: str | None = None
         self.done_workers: set[int] = set()
         self._comms: dict[tuple[int, ...], Any] = {}
-        self._sends: list = []  # fire-and-forget isends stay referenced until complete
+        self._sends: list = []  # fire-and-forget sends stay referenced until complete
+        self._notices: list = []  # the same for control notices
         self._collectives: list = []
         # buffered sends complete at the call, as the simulator's mailboxes do: a sender never waits for the
         # receiver to post a receive (it may be inside a blocking Create_group: a deadlock with standard sends)
         self._bsend_buffer = bytearray(BSEND_BUFFER_BYTES)
         MPI.Attach_buffer(self._bsend_buffer)
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        """Time 0 of the run (and of its CPU accounting) is now, on every rank (collective)."""
         self.comm.Barrier()
         self.t0 = self.comm.bcast(time.perf_counter(), root=0)  # CLOCK_MONOTONIC: one clock per host
+        self.cpu = CpuClock()
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -190,8 +228,8 @@ class MPIWorld:
         if not 0 <= dst < self.size:
             raise SimulationError(f"rank {self.rank} sends to rank {dst}, which does not exist")
         sent = self.now()
-        request = self.comm.ibsend((payload, sent, payload_nbytes(payload)), dest=dst, tag=tag)
-        self._sends = [r for r in self._sends if not r.Test()]
+        request = self.comm.ibsend((pack(payload), sent, payload_nbytes(payload)), dest=dst, tag=tag)
+        self._sends = [r for r in self._sends if not r.test()[0]]
         self._sends.append(request)
         return _SendRequest(request, sent)
 
@@ -203,7 +241,7 @@ class MPIWorld:
         if message is None:
             return None
         payload, sent, nbytes = message.recv()
-        return Message(status.Get_source(), rank, status.Get_tag(), payload, nbytes, sent, self.now())
+        return Message(status.Get_source(), rank, status.Get_tag(), unpack(payload), nbytes, sent, self.now())
 
     # -- collectives ------------------------------------------------------------------------
 
@@ -258,10 +296,14 @@ class MPIWorld:
     def notify_all(self, tag: int, what: Any) -> None:
         for dst in range(self.size):
             if dst != self.rank:
-                self._sends.append(self.ctl.isend(what, dest=dst, tag=tag))
+                self._notices.append(self.ctl.isend(what, dest=dst, tag=tag))
 
     def finished(self) -> bool:
         return self.stop_reason is not None or set(self.workers) <= self.done_workers
+
+    def span(self, kind: str, name: str, start_s: float, end_s: float, **args: Any) -> None:
+        """A span of this rank, stamped with its host CPU so far (see :class:`CpuClock`)."""
+        self.recorder.span(self.rank, kind, name, start_s, end_s, host_cpu_s=self.cpu.host_s(), **args)
 
     def record(self, rank: int, kind: str, fields: dict[str, Any]) -> None:
         if kind == "update":
@@ -286,10 +328,13 @@ class MPIRuntime:
         return self.world.now()
 
     def compute(self, replica: Any, batch: Any) -> ComputeRequest:
-        start = self.now()
-        grad, loss = self.world.gradient(replica, batch)
+        world = self.world
+        start, cpu = self.now(), time.thread_time()
+        grad, loss = world.gradient(replica, batch)
+        cpu = time.thread_time() - cpu
         end = self.now()
-        self.world.recorder.span(self.rank, "compute", "forward/backward", start, end, batch_size=int(batch.size))
+        world.cpu.compute_s += cpu
+        world.span("compute", "forward/backward", start, end, batch_size=int(batch.size), cpu_s=cpu)
         return ComputeRequest(GradResult(grad, loss, int(batch.size), start, end))
 
     def busy(self, duration_s: float, name: str = "busy") -> _Request:
@@ -346,13 +391,22 @@ class MPIDriver:
             raise Stopped("completed")  # every worker is done: a server's loop ends here
 
     def wait(self, request: _Request) -> Any:
-        tests = 0
-        while not request.test():
-            tests += 1
-            if tests % 16 == 0:
-                self._check_stop()
-            if tests > _SPIN_TESTS:
-                time.sleep(_SLEEP_S)
+        """The request's value once done; spins, then sleeps, between tests (see the module doc).
+
+        Its CPU time, receiving and the collective's data phase included, counts as waiting.
+        """
+        world = self.world
+        cpu, spin_until = time.thread_time(), (world.now() + _SPIN_S if world.spin else 0.0)
+        try:
+            tests = 0
+            while not request.test():
+                tests += 1
+                if tests % _CONTROL_EVERY == 0:
+                    self._check_stop()
+                if not world.spin or world.now() > spin_until:
+                    time.sleep(_SLEEP_S)
+        finally:
+            world.cpu.wait_s += time.thread_time() - cpu
         return request.value
 
     def drive(self, generator: Generator) -> str:
@@ -381,22 +435,20 @@ class MPIDriver:
         return "completed"
 
     def _account(self, request: _Request, waited_from: float) -> None:
-        now, recorder, rank = self.world.now(), self.world.recorder, self.world.rank
+        world = self.world
+        now = world.now()
         if not request.blocking:
-            recorder.span(rank, "comm", request.name, request.issued_s, now, blocking=False)
+            world.span("comm", request.name, request.issued_s, now, blocking=False)
         started = request.started_s if request.started_s is not None else now
         moving_from = min(max(waited_from, started), now)
-        recorder.span(rank, "wait", request.name, waited_from, moving_from)
-        recorder.span(rank, "comm", request.name, moving_from, now)
+        world.span("wait", request.name, waited_from, moving_from)
+        world.span("comm", request.name, moving_from, now)
 
     def linger(self) -> str:
         """After this rank's own process: serve control until the run is over; the final status."""
-        tests = 0
         while True:
             try:
                 self._check_stop()
             except Stopped as stop:
                 return str(stop)
-            tests += 1
-            if tests > _SPIN_TESTS:
-                time.sleep(_SLEEP_S * 4)
+            time.sleep(_SLEEP_S * 4)

@@ -1,17 +1,34 @@
 """Real run vs simulation of one scenario: ``validation.csv``, a summary and a timeline overlay.
 
-:func:`validate` runs the scenario for real under mpiexec (:mod:`.launch`), simulates it on
-the calibrated platform (the host's compute profile, the shared-memory network fit) with the
-same seed and data order, and compares the two result directories iteration by iteration:
+:func:`validate` runs the scenario for real under mpiexec (:mod:`.launch`), with the ranks
+placed on the host's cores (:mod:`.placement`), then simulates it with the same seed and data
+order on ``laptop-cpu`` described as the real run was: the same cores shared the same way,
+the shared-memory network fit (``calibration/platforms/host-shm.yaml``), and a compute
+profile calibrated from the real run itself (:mod:`.calibration`: forward/backward timed on
+the workers before the run's clock started, plus the host work per step and per server
+message read from the run's CPU accounting). Then it compares the two result directories
+iteration by iteration:
 
-* an *iteration* of a worker ends at each of its rows in ``steps.csv`` with a batch (nnt's
-  neighbour-gradient rows have batch 0 and are left out) and starts at its previous one (0 for the first); its compute / comm / wait are the worker's blocking spans
-  in ``trace.json`` inside that window;
+* an *iteration* of a worker is one turn of its loop: from the start of one of its
+  forward/backwards to the start of the next (the last one, cut by the stop, is left out);
+  its compute / comm / wait are the worker's blocking spans in ``trace.json`` inside that
+  window, its step, staleness and loss those of the worker's row in ``steps.csv`` for that
+  gradient (the k-th row with a batch: nnt's neighbour-gradient rows have batch 0). Rows
+  alone would not do: a parameter server writes them when it applies a gradient, and
+  n-softsync applies two gradients of a fast worker in one update, at one instant;
 * ``validation.csv``: per worker and iteration, measured and predicted iteration time,
   compute, comm, wait, staleness and loss, and the iteration time's % error;
-* summary (``validation.json``): median and p90 absolute % error of iteration time, error of
+* summary (``validation.json``): median and p90 absolute % error of iteration time (the
+  first iteration of every worker left out: it pays one-off costs — communicator creation,
+  first-touch allocations — that are not the steady state the simulator models), error of
   total time, final-loss difference at the common step budget, the largest per-step loss
-  difference (sync: the same math, so float noise only), mean staleness of both runs.
+  difference (sync: the same math, so float noise only), mean staleness of both runs; and
+  what the simulation was given (``calibration``) and how busy the host was with other work
+  during the real run (``host_foreign_load_cores``, from ``/proc/stat``);
+* a diagnostic, ``replay``: the comparison repeated with the simulation given the compute cost
+  the real run itself measured (its forward/backwards' CPU time, and the CPU other processes
+  took from it; ``sim_replay/``, ``validation_replay.csv``). Not a prediction: it shows what
+  is left once the compute model is out of the question.
 """
 
 from __future__ import annotations
@@ -25,20 +42,22 @@ import pandas as pd
 
 from ..errors import InputError
 
-__all__ = ["iteration_table", "compare", "summarize", "validate", "plot_timelines", "DEFAULT_OVERLAY"]
+__all__ = ["iteration_table", "compare", "summarize", "validate", "plot_timelines", "DEFAULT_OVERLAY",
+           "CALIBRATION_REPEATS"]
 
 _REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OVERLAY = _REPO / "calibration" / "platforms" / "host-shm.yaml"
 _COLUMNS = ("iteration_s", "compute_s", "comm_s", "wait_s")
+CALIBRATION_REPEATS = 12  # timed forward/backwards per batch size and worker before the real run
 
 
 def _spans(result_dir: Path) -> pd.DataFrame:
-    """Blocking spans of ``trace.json``: rank, kind, start_s, end_s."""
+    """Blocking spans of ``trace.json``: rank, kind, name, start_s, end_s."""
     data = json.loads((result_dir / "trace.json").read_text(encoding="utf-8"))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    rows = [(e["tid"], e.get("cat", ""), e["ts"] * 1e-6, (e["ts"] + e.get("dur", 0.0)) * 1e-6)
+    rows = [(e["tid"], e.get("cat", ""), e.get("name", ""), e["ts"] * 1e-6, (e["ts"] + e.get("dur", 0.0)) * 1e-6)
             for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("blocking", True) is not False]
-    return pd.DataFrame(rows, columns=["rank", "kind", "start_s", "end_s"])
+    return pd.DataFrame(rows, columns=["rank", "kind", "name", "start_s", "end_s"])
 
 
 def _overlap(spans: pd.DataFrame, start: float, end: float) -> float:
@@ -57,16 +76,17 @@ def iteration_table(result_dir: str | Path) -> pd.DataFrame:
     for worker, own in steps.sort_values("time_s", kind="stable").groupby("worker", sort=True):
         mine = spans[spans["rank"] == worker]
         by_kind = {k: mine[mine["kind"] == k] for k in ("compute", "comm", "wait")}
-        previous = 0.0
-        for k, row in enumerate(own.itertuples(index=False), start=1):
-            end = float(row.time_s)
-            rows.append(dict(worker=int(worker), iteration=k, step=int(row.step), time_s=end,
-                             iteration_s=end - previous,
-                             compute_s=_overlap(by_kind["compute"], previous, end),
-                             comm_s=_overlap(by_kind["comm"], previous, end),
-                             wait_s=_overlap(by_kind["wait"], previous, end),
-                             staleness=row.staleness, loss=row.loss))
-            previous = end
+        starts = sorted(mine[(mine["kind"] == "compute") & (mine["name"] == "forward/backward")]["start_s"])
+        own = list(own.itertuples(index=False))
+        for k, (begin, end) in enumerate(zip(starts, starts[1:]), start=1):
+            row = own[k - 1] if k <= len(own) else None
+            rows.append(dict(worker=int(worker), iteration=k, step=None if row is None else int(row.step), time_s=end,
+                             iteration_s=end - begin,
+                             compute_s=_overlap(by_kind["compute"], begin, end),
+                             comm_s=_overlap(by_kind["comm"], begin, end),
+                             wait_s=_overlap(by_kind["wait"], begin, end),
+                             staleness=None if row is None else row.staleness,
+                             loss=None if row is None else row.loss))
     return pd.DataFrame(rows)
 
 
@@ -159,70 +179,110 @@ def plot_timelines(real_dir: str | Path, sim_dir: str | Path, path: str | Path, 
     return path
 
 
-def calibrate_compute(scenario_obj: Any, path: Path, *, threads: int, repeats: int = 40) -> Path:
-    """Measure the scenario's own model (its options, its dataset) at ``threads`` threads on this
-    machine around its batch size and write a host-cpu profile overlay to ``path``."""
-    from ..calibrate.compute_profile import measure_profile, profile_document, steady_allocator, write_profile
-    from ..simulate import Simulation
-
-    workload = Simulation(scenario_obj, None).workload
-    batch = int(scenario_obj.workload.batch_size)
-    sizes = sorted({max(1, batch // 4), max(2, batch // 2), batch, batch * 2})
-    allocator = "glibc mmap/trim thresholds raised (steady)" if steady_allocator() else "default"
-    profile = measure_profile(workload, sizes, repeats=repeats, warmup=3, threads=threads, rounds=4, statistic="p25")
-    profile["options"] = workload.model_config.model_dump(mode="json")
-    profile["dataset"] = workload.dataset.name
-    profile["t1_s"] = max(profile["t1_s"], 1e-12)  # the loader refuses a flat line
-    document = profile_document({workload.model_name: profile}, threads, "host-cpu", allocator=allocator)
-    write_profile(path, document, "simdist validate (compute calibration of the scenario's model)")
-    return path
-
-
-def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
-             threads: int | None = None, affinity: str | None = None, overlay: str | Path | None = None,
-             profile: str | Path | None = None, cores: int | None = None,
-             timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
-    """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
-
-    ``profile``: a compute profile to simulate with (default: measure the scenario's model here,
-    :func:`calibrate_compute`); ``overlay``: the network fit (default host-shm.yaml); ``cores``:
-    the host's cores the ranks share (default ``os.cpu_count()``; ranks > cores share them).
-    """
-    import os
-
+def _simulate(scenario: str | Path, overrides: list[str], out: Path, plots: bool) -> Path:
     from ..results import write_result_dir
     from ..scenario import load_scenario
     from ..simulate import simulate
-    from .launch import run_real
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    overrides = [f"platform.node.devices={ranks}", *overrides]
-    overlay = Path(overlay) if overlay else (DEFAULT_OVERLAY if DEFAULT_OVERLAY.is_file() else None)
-    if overlay is not None:
-        if not overlay.is_file():
-            raise InputError(f"network overlay {str(overlay)!r} not found", source="--network-overlay")
-        overrides.append(f"platform.overlays=[{overlay.resolve()}]")
-    if threads:
-        overrides.append(f"compute.threads={threads}")
+    return write_result_dir(simulate(load_scenario(scenario, overrides)), out, overwrite=True, plots=plots)
+
+
+def _compared(real_dir: Path, sim_dir: Path, csv: Path) -> dict[str, Any]:
+    """Compare the two runs, write the table to ``csv``, return the summary."""
+    table = compare(real_dir, sim_dir)
+    table.to_csv(csv, index=False, float_format="%.9g")
+    return summarize(table, real_dir, sim_dir)
+
+
+def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir: Path, sim_dir: Path, out: Path,
+            calibrated: dict[str, Any], plots: bool) -> dict[str, Any]:
+    """The comparison again, the simulation given the compute cost the real run measured (a diagnostic).
+
+    The profile is fitted to the CPU time of the run's own forward/backwards (plus the same host
+    work per step), and where they ran slower in wall time than the simulated sharing of the
+    cores predicts — other processes took CPU — every rank's speed is scaled down by the ratio.
+    Only the compute model is taken from the run: whatever error is left is communication,
+    waiting, sharing and the algorithm's dynamics.
+    """
+    from .calibration import fit_run_compute, write_profile
+    from .describe import real_slowdown, sim_slowdown
+
+    fit = fit_run_compute(real_dir, calibrated["forward_backward"])
+    profile = write_profile(out / "calibration" / "host-cpu-replay.yaml", workload, fit,
+                            calibrated["host_cpu_per_step_s"], calibrated["threads"],
+                            "simdist validate (replay: forward/backward CPU time of the real run's own steps)")
+    real = real_slowdown(real_dir)
+    sim = sim_slowdown(sim_dir, calibrated["profile_t0_s"], calibrated["forward_backward"]["t1_s"])
+    speed = min(1.0, sim / real) if real and sim else 1.0
+    replay = _simulate(scenario, [*overrides, f"compute.profiles=[{profile.resolve()}]",
+                                  f"platform.node.device.speed={speed:.6g}"], out / "sim_replay", plots)
+    figures = _compared(real_dir, replay, out / "validation_replay.csv")
+    keys = ("median_abs_iteration_error_pct", "p90_abs_iteration_error_pct", "predicted_total_s",
+            "total_time_error_pct", "predicted_mean_staleness")
+    return {"speed": speed, "forward_backward_t0_s": fit["t0_s"], "forward_backward_t1_s": fit["t1_s"],
+            **{k: figures[k] for k in keys}}
+
+
+def _checked(scenario: str | Path, overrides: list[str], profile: str | Path | None,
+             overlay: str | Path | None) -> tuple[Any, Path | None]:
+    """The loaded scenario and the network overlay, or an InputError naming what is wrong."""
+    from ..scenario import load_scenario
+
     scenario_obj = load_scenario(scenario, list(overrides))
     if scenario_obj.workload.timing_only:
         raise InputError("real runs need tensors; timing_only is not supported", source=str(scenario),
                          field="workload.timing_only")
-    if profile is None:
-        profile = calibrate_compute(scenario_obj, out / "calibration" / "host-cpu.yaml",
-                                    threads=threads or scenario_obj.compute.threads)
-    elif not Path(profile).is_file():
+    if profile is not None and not Path(profile).is_file():
         raise InputError(f"compute profile {str(profile)!r} not found", source="--profile")
-    sim_overrides = list(overrides) + [f"compute.profiles=[{Path(profile).resolve()}]",
-                                       f"platform.node.cores={cores or os.cpu_count() or 1}"]
-    sim_scenario = load_scenario(scenario, sim_overrides)
-    real_dir = run_real(scenario, ranks, out / "real", overrides=overrides, threads=threads, affinity=affinity,
-                        timeout_s=timeout_s, plots=plots)
-    sim_dir = write_result_dir(simulate(sim_scenario), out / "sim", overwrite=True, plots=plots)
-    table = compare(real_dir, sim_dir)
-    table.to_csv(out / "validation.csv", index=False, float_format="%.9g")
-    summary = summarize(table, real_dir, sim_dir)
+    overlay = Path(overlay) if overlay else (DEFAULT_OVERLAY if DEFAULT_OVERLAY.is_file() else None)
+    if overlay is not None and not overlay.is_file():
+        raise InputError(f"network overlay {str(overlay)!r} not found", source="--network-overlay")
+    return scenario_obj, overlay
+
+
+def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
+             threads: int | None = None, affinity: str | None = "auto", overlay: str | Path | None = None,
+             profile: str | Path | None = None, cores: float | None = None,
+             timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
+    """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
+
+    ``affinity``: ``auto``, ``none`` or cores per rank (:func:`~.placement.plan`); the
+    simulation is told the same sharing. ``profile``: a compute profile to simulate with
+    instead of calibrating one from the real run; ``overlay``: the network fit used when the
+    run is not calibrated (default host-shm.yaml); ``cores``: the cores per node the
+    simulation shares among ranks, instead of what the placement gives.
+    """
+    from ..simulate import Simulation
+    from .describe import HostLoad, describe_run, link_overrides, real_slowdown, sim_slowdown
+    from .launch import run_real
+    from .placement import plan
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = [f"platform.node.devices={ranks}", *overrides, *([f"compute.threads={threads}"] if threads else [])]
+    scenario_obj, overlay = _checked(scenario, overrides, profile, overlay)
+    spec, n_threads = scenario_obj.platform, threads or scenario_obj.compute.threads
+    placement = plan(affinity, ranks, nodes=spec.nodes, workers=range(scenario_obj.worker_count), threads=n_threads)
+    with HostLoad() as load:
+        real_dir = run_real(scenario, ranks, out / "real", overrides=overrides, threads=threads,
+                            affinity=placement.affinity, timeout_s=timeout_s, plots=plots,
+                            calibrate=0 if profile else CALIBRATION_REPEATS)
+    setup = Simulation(scenario_obj, None)
+    if profile is None:
+        profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay)
+    else:
+        extra, figures = link_overrides(None, overlay, spec.nodes, spec.node.devices), {"profile": str(profile)}
+    sim_overrides = [*overrides, f"compute.profiles=[{Path(profile).resolve()}]", *placement.overrides(), *extra,
+                     *([f"platform.node.cores={cores:g}"] if cores else [])]
+    sim_dir = _simulate(scenario, sim_overrides, out / "sim", plots)
+    summary = _compared(real_dir, sim_dir, out / "validation.csv")
+    summary.update(affinity=placement.affinity or "not pinned", simulated_platform=placement.overrides(),
+                   calibration=figures, host_foreign_load_cores=load.cores,
+                   measured_compute_wall_over_cpu=real_slowdown(real_dir))
+    if "profile_t0_s" in figures:
+        summary["predicted_compute_wall_over_work"] = sim_slowdown(sim_dir, figures["profile_t0_s"],
+                                                                   figures["forward_backward"]["t1_s"])
+        summary["replay"] = _replay(scenario, setup.workload, sim_overrides, real_dir, sim_dir, out, figures, plots)
     (out / "validation.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if plots:
         plot_timelines(real_dir, sim_dir, out / "timeline_overlay.png")

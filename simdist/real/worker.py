@@ -9,11 +9,19 @@ with wall-clock seconds where the simulator has virtual ones.
 
 Evaluation: the test set is evaluated before the clock starts and once at the end (an
 evaluation in the middle of a real run would cost wall time the simulator does not charge).
+
+Calibration (``--calibrate R``): before the clock starts and again after the run, every worker
+rank times its forward/backward ``R`` times per batch size, all at once
+(:func:`~.calibration.measure_compute`: the host's speed drifts, so the run is bracketed), and
+before the clock the ranks time messages and allreduces through the runtime
+(:func:`~.calibration.measure_network`); rank 0 writes both to ``calibration.json`` in the
+result directory, where ``simdist validate`` fits the simulation's compute profile and link.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -33,6 +41,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per rank (default: scenario's)")
     parser.add_argument("--affinity", default=None,
                         help="CPU sets per rank, ';'-separated, each a ','-list of cores, e.g. '0;0;1'")
+    parser.add_argument("--calibrate", type=int, default=0, metavar="R",
+                        help="before the run, time each worker's forward/backward R times per batch size and the "
+                             "runtime's messages and allreduces (0: off)")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--no-plots", action="store_true")
     return parser.parse_args(argv)
@@ -57,6 +68,8 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     from .runtime import MPIDriver, MPIRuntime, MPIWorld
 
     from ..calibrate.compute_profile import steady_allocator
+    from .calibration import calibration_sizes, measure_compute, measure_network
+    from .placement import rank_spins
 
     rank, size = comm.Get_rank(), comm.Get_size()
     _pin(rank, args.affinity)
@@ -78,6 +91,11 @@ def run_rank(args: argparse.Namespace, comm) -> int:
         return workload.evaluator.gradient(replica.params, x, y)
 
     recorder = Recorder()
+    calibration = None
+    comm.Barrier()  # the workers time their steps together: the cores are as busy as in the run
+    if args.calibrate and rank in setup.workers:
+        calibration = measure_compute(workload, calibration_sizes(scenario.workload.batch_size), args.calibrate,
+                                      seed=scenario.seed)
 
     def evaluate(time_s: float, step: int) -> None:
         for holder, replica in sorted(algorithm.evaluation_replicas().items()):
@@ -88,15 +106,25 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     evaluate(0.0, 0)
     wall_start = time.perf_counter()
     world = MPIWorld(comm, recorder, gradient=gradient, workers=setup.workers, stop_steps=scenario.stop.steps,
-                     time_limit_s=scenario.stop.virtual_time)
+                     time_limit_s=scenario.stop.virtual_time, spin=rank_spins(rank, size, args.affinity))
     driver = MPIDriver(world)
+    if args.calibrate:
+        network = measure_network(world, driver, setup.workers, workload.param_count)
+        calibration = {**(calibration or {}), "network": network}
+        world.restart_clock()
     status = driver.drive(processes[rank](MPIRuntime(world, rank))) if rank in processes else "completed"
     end_s = world.now()
     if status == "completed":
         status = driver.linger()
     final_s = world.now() if status == "completed" else end_s
     evaluate(final_s, max((int(u["step"]) for u in recorder.updates), default=0))
-    gathered = world.ctl.gather((recorder, status, final_s, setup.process_ranks or sorted(processes)), root=0)
+    if args.calibrate:
+        comm.Barrier()  # the workers time their steps together again: the run is bracketed
+        if rank in setup.workers:
+            after = measure_compute(workload, calibration_sizes(scenario.workload.batch_size), args.calibrate,
+                                    seed=scenario.seed)
+            calibration.update(cpu_after_s=after["cpu_s"], wall_after_s=after["wall_s"])
+    gathered = world.ctl.gather((recorder, status, final_s, calibration), root=0)
     if rank == 0:
         merged = Recorder()
         statuses = [g[1] for g in gathered]
@@ -125,9 +153,23 @@ def run_rank(args: argparse.Namespace, comm) -> int:
             target_accuracy=scenario.stop.target_accuracy, epochs=None, timing_only=False,
             extra={"runtime": "mpi", "ranks": size, "param_count": workload.param_count,
                    "threads": torch.get_num_threads(), "affinity": args.affinity})
-        write_result_dir(result, args.out, overwrite=args.overwrite, plots=not args.no_plots)
+        out = write_result_dir(result, args.out, overwrite=args.overwrite, plots=not args.no_plots)
+        _write_calibration(out, [g[3] for g in gathered if g[3] is not None], torch.get_num_threads())
     world.ctl.Barrier()
     return 0
+
+
+def _write_calibration(out, parts: list, threads: int) -> None:
+    """``calibration.json``: every worker's timed forward/backwards and the network figures (if asked)."""
+    if parts:
+        from pathlib import Path
+
+        network = {kind: part["network"][kind] for part in parts for kind in ("p2p", "allreduce")
+                   if part["network"].get(kind)}
+        document = {"threads": threads, "compute_clock": "thread CPU time (time.thread_time), and wall time",
+                    "workers": [{k: v for k, v in part.items() if k != "network"} for part in parts if "sizes" in part],
+                    "network": network}
+        (Path(out) / "calibration.json").write_text(json.dumps(document) + "\n", encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
