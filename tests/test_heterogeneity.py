@@ -13,7 +13,7 @@ from simdist.platform.spec import PlatformSpec
 from simdist.platform.stragglers import StragglerSchedule, StragglerSpec
 from simdist.platform.topology import Platform
 from simdist.recorder import Recorder
-from simdist.runtime.sim import SimWorld
+from simdist.runtime.sim import Request, SimWorld
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 
@@ -37,7 +37,7 @@ def finish_times(w, ranks, starts=None):
 
     def proc(rt, delay_rank):
         if starts and starts.get(rt.rank):
-            yield rt.busy(starts[rt.rank], "idle")
+            yield Request("busy", "idle", rt.world.env.timeout(starts[rt.rank]))  # a late start, not work
         yield rt.compute(None, Batch())
         ends[rt.rank] = rt.now()
 

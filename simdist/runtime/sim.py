@@ -237,11 +237,35 @@ class SimWorld:
         return request
 
     def busy(self, rank: int, duration_s: float, name: str) -> Request:
-        """The rank computes something other than forward/backward (a server's update) for ``duration_s``."""
+        """The rank computes something other than forward/backward (a server's update) for ``duration_s``.
+
+        With shared node cores (``node.cores``) the work competes for them as compute does:
+        ``duration_s`` is its time alone on the rank's CPU share.
+        """
         start, duration_s = self.env.now, max(0.0, float(duration_s))
+        if self._cores is not None and duration_s > 0:
+            return self._shared_busy(rank, duration_s, name)
         self.recorder.span(rank, "compute", name, start, start + duration_s)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
         return Request("busy", name, self.env.timeout(duration_s), start)
+
+    def _shared_busy(self, rank: int, duration_s: float, name: str) -> Request:
+        """Busy work on the node's shared cores; its duration emerges from the sharing."""
+        env, start, device = self.env, self.env.now, self.platform.devices[rank]
+        network, routes = self._cores
+        request = Request("busy", name, env.event(), start)
+        self._computing_on_node[device.node] = self._computing_on_node.get(device.node, 0) + 1
+        self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
+
+        def finish(_event) -> None:
+            self._computing_on_node[device.node] -= 1
+            self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
+            self.recorder.span(rank, "compute", name, start, env.now)
+            request.event.succeed()
+
+        work_core_s = duration_s * (device.cpus or 1.0)
+        network.transfer(routes[rank], work_core_s, latency_s=0.0).callbacks.append(finish)
+        return request
 
     # -- point to point ----------------------------------------------------------------
 
