@@ -61,3 +61,12 @@ def wire_and_run(s, *, make_data=None):
     procs = {rank: world.spawn(rank, make(world.runtime(rank))) for rank, make in algorithm.processes().items()}
     world.env.run(until=world.env.all_of([procs[r] for r in ctx.workers]))
     return algorithm, world, workload, batches
+
+
+def link_load(routes, rates, n_links):
+    """The sum of the rates of the flows crossing each link (one per mention in a route)."""
+    load = [0.0] * n_links
+    for route, rate in zip(routes, rates):
+        for link in route:
+            load[link] += rate
+    return load

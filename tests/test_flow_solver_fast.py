@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from simdist.platform.network import (_VECTOR_ABOVE, _max_min_rates_numpy, _max_min_rates_python, max_min_rates,
                                       max_min_rounds)
+from helpers import link_load
 
 REL = 1e-9
 PROPERTY = settings(max_examples=100, deadline=None)
@@ -95,17 +96,9 @@ def _assert_same_rates(got, want, capacity):
         assert a == b or math.isclose(a, b, rel_tol=REL, abs_tol=REL * scale), f"flow {f}: {a} != {b}"
 
 
-def _load(routes, rates, n_links):
-    load = [0.0] * n_links
-    for route, rate in zip(routes, rates):
-        for link in route:
-            load[link] += rate
-    return load
-
-
 def _assert_physical(routes, capacity, rates):
     tolerance = REL * max(capacity)
-    load = _load(routes, rates, len(capacity))
+    load = link_load(routes, rates, len(capacity))
     for link, carried in enumerate(load):
         assert carried <= capacity[link] * (1 + REL) + tolerance, f"link {link} over capacity"
     for f, route in enumerate(routes):

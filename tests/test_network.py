@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from simdist.platform.network import FlowNetwork, max_min_rates
 from simdist.platform.topology import Link
+from helpers import link_load
 
 REL = 1e-9
 PROPERTY = settings(max_examples=100, deadline=None)
@@ -41,14 +42,6 @@ def sharing_problems(draw, max_links=5, max_flows=7):
     return routes, capacity
 
 
-def _load(routes, rates, n_links):
-    load = [0.0] * n_links
-    for route, rate in zip(routes, rates):
-        for link in route:
-            load[link] += rate
-    return load
-
-
 # -- max_min_rates ------------------------------------------------------------------------
 
 
@@ -58,7 +51,7 @@ def test_no_link_carries_more_than_its_capacity(problem):
     routes, capacity = problem
     rates = max_min_rates(routes, capacity)
     assert all(rate > 0 for rate in rates)
-    for link, load in enumerate(_load(routes, rates, len(capacity))):
+    for link, load in enumerate(link_load(routes, rates, len(capacity))):
         assert load <= capacity[link] * (1 + REL)
 
 
@@ -67,7 +60,7 @@ def test_no_link_carries_more_than_its_capacity(problem):
 def test_every_flow_has_a_bottleneck_link(problem):
     routes, capacity = problem
     rates = max_min_rates(routes, capacity)
-    load = _load(routes, rates, len(capacity))
+    load = link_load(routes, rates, len(capacity))
     for f, route in enumerate(routes):
         bottlenecks = [
             link for link in route
