@@ -189,7 +189,7 @@ def _print_report(report) -> None:
 # -- cpu-share ----------------------------------------------------------------------------
 
 def _cmd_cpu_share(args: argparse.Namespace) -> int:
-    from .compute_profile import ZOO
+    from .compute_options import ZOO
     from .cpu_share import available_cores, contention_document, measure_contention
     from .provenance import write_yaml
 
@@ -223,7 +223,7 @@ def _cmd_cpu_share(args: argparse.Namespace) -> int:
 
 def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``calibrate`` with its sub-commands to ``subparsers``; each sets ``func``."""
-    from .compute_profile import add_arguments as add_compute_arguments
+    from .compute_options import add_arguments as add_compute_arguments
 
     calibrate = subparsers.add_parser("calibrate", help="fit profiles and platform overlays from measurements",
                                       description="Fit compute profiles, platform overlays and CPU contention "

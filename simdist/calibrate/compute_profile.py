@@ -53,6 +53,7 @@ from ..seeding import numpy_stream
 from ..training.optim import OptimizerConfig
 from ..training.replica import Replica
 from ..training.workload import Workload, build_workload
+from .compute_options import DEFAULT_BATCH_SIZES, STATISTICS, ZOO, add_arguments
 from .fitting import LinearTimeFit
 from .provenance import command_line, library_versions, make_provenance, write_yaml
 
@@ -74,8 +75,6 @@ __all__ = [
     "main",
 ]
 
-DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 400, 512)
-ZOO = MappingProxyType({"mlp": ("digits", {}), "cnn": ("digits", {})})  # model → (dataset, model options)
 _LOSSES = MappingProxyType({"cross_entropy": F.cross_entropy})
 
 
@@ -206,7 +205,6 @@ def time_step(workload: Workload, batch_size: int, repeats: int = 30, warmup: in
     return statistics.median(timer(step, repeats))
 
 
-STATISTICS = MappingProxyType({"median": 50, "p25": 25, "min": 0})
 
 
 def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int = 100, warmup: int = 5,
@@ -349,27 +347,6 @@ def write_profile(path: str | os.PathLike, document: dict, command: str) -> None
 
 
 # -- python -m ----------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``simdist calibrate compute`` (shared with ``python -m``)."""
-    parser.add_argument("--out", help="profile file to write (default calibration/profiles/<device key>.yaml)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
-                        help="where to time the step (default cpu; auto = cuda when present)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads while timing (default 1)")
-    parser.add_argument("--repeats", type=int, default=100,
-                        help="timed steps per batch size; the median is kept (default 100)")
-    parser.add_argument("--rounds", type=int, default=10, help="round-robin passes over the sizes (default 10)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (default 5)")
-    parser.add_argument("--allocator", default="steady", choices=("steady", "default"),
-                        help="steady (default): keep glibc from returning step buffers to the OS between steps "
-                             "(no page-fault storms); default: leave malloc as it is")
-    parser.add_argument("--statistic", default="median", choices=tuple(STATISTICS),
-                        help="per-size value the line is fitted to (default median; p25 or min on a host whose "
-                             "speed comes and goes with other tenants)")
-    parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)),
-                        help="comma-separated batch sizes (default %(default)s)")
-    parser.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo models (default %(default)s)")
-
 
 def checked_options(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     """Batch sizes and models of parsed ``args``; ValueError naming what is allowed."""
