@@ -348,7 +348,12 @@ class FlowNetwork:
             if self._link_active[link.index] == 0:
                 self._link_busy_since[link.index] = now
             self._link_active[link.index] += 1
-        self._resolve_soon()
+        if len(self.active) == 1 and not self._resolve_pending:
+            # alone on the network: its rate is known now. Should another flow start in this
+            # instant, it re-solves (deferred) with both; rates only depend on the active set
+            self._resolve_and_schedule()
+        else:
+            self._resolve_soon()
 
     def _resolve_soon(self) -> None:
         """Re-solve once at the end of this instant, however many flows start in it."""
