@@ -29,7 +29,6 @@ from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
 from .recorder import Recorder
 from .results import LinkStats, RankInfo, RunResult
-from .runtime.cohort import cohort_supported
 from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data import EpochSharder, ShardIterator
@@ -251,7 +250,7 @@ class Simulation:
     def _spawn_processes(self) -> dict[int, simpy.Process]:
         """Each rank's process (rank -> process); workers of a cohort share one."""
         self.world.crash_possible = bool(self.scenario.faults.node_crash)
-        cohort = self.algorithm.cohort_process() if self.lockstep and cohort_supported(self.world) else None
+        cohort = self.algorithm.cohort_process() if self.lockstep and self.world.cohort_supported else None
         if cohort is not None:
             process = self.world.spawn_cohort(self.workers, cohort)
             self.cohort = True

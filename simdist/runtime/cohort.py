@@ -13,7 +13,7 @@ quantities as NumPy arrays in rank order. What it produces is exactly what the p
 processes would have produced — the same durations from the same noise streams, the same
 collective on the same links, the same spans and update rows (recorded as blocks) — and
 ``tests/test_cohort.py`` checks that equality on every result table. The simulator uses a
-cohort only where that equality holds (:func:`cohort_supported`); elsewhere it runs one
+cohort only where that equality holds (:attr:`SimWorld.cohort_supported`); elsewhere it runs one
 process per rank.
 """
 
@@ -30,18 +30,9 @@ from ..recorder import SpanBlock, UpdateBlock
 from ..training.replica import payload_nbytes
 from .base import Group
 
-__all__ = ["CohortRuntime", "CohortCompute", "cohort_supported", "CohortProcess"]
+__all__ = ["CohortRuntime", "CohortCompute", "CohortProcess"]
 
 CohortProcess = Callable[["CohortRuntime"], Generator]
-
-
-def cohort_supported(world: Any) -> bool:
-    """Whether ranks of ``world`` can move as one cohort with the same results.
-
-    Not when node cores are shared (a rank's compute rate depends on what its node's other
-    ranks do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
-    """
-    return world._cores is None and not world.crash_possible
 
 
 class CohortCompute:

@@ -29,7 +29,7 @@ from ..recorder import Recorder, UpdateBlock
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
 from .base import ANY, GradResult, Group, Message
 from .cohort import CohortProcess, CohortRuntime
-from .collectives import FIDELITIES, Transfer, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
+from .collectives import FIDELITIES, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
 
 __all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest"]
 
@@ -147,6 +147,15 @@ class SimWorld:
     def spawn(self, rank: int, generator: Generator) -> simpy.Process:
         """Run ``generator`` as rank ``rank``'s process; returns the SimPy process."""
         return self.env.process(self._drive(rank, generator))
+
+    @property
+    def cohort_supported(self) -> bool:
+        """Whether ranks can move as one cohort with the same results as one process each.
+
+        Not when node cores are shared (a rank's compute rate depends on what its node's other
+        ranks do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
+        """
+        return self._cores is None and not self.crash_possible
 
     def spawn_cohort(self, ranks: Iterable[int], process: CohortProcess) -> simpy.Process:
         """Run a cohort process for ``ranks`` moving in lockstep (see :mod:`.cohort`); its
@@ -448,8 +457,7 @@ class SimWorld:
         env.process(self._run_phase(env, network, key, phase))
         env.run()
         network.finalize(env.now)
-        nonzero = lambda values: [(i, v) for i, v in enumerate(values) if v > 0]  # noqa: E731
-        return (env.now, nonzero(network.link_bytes), nonzero(network.link_busy_s),
+        return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
                 list(network.sent_bytes.items()), list(network.received_bytes.items()))
 
     def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float]]:
@@ -511,6 +519,11 @@ class SimWorld:
                 listener(row)
         else:
             self.recorder.event(kind, time_s=self.env.now, rank=rank, **fields)
+
+
+def _nonzero(values: list[float]) -> list[tuple[int, float]]:
+    """(index, value) of the positive entries: the links a phase used."""
+    return [(i, v) for i, v in enumerate(values) if v > 0]
 
 
 def _sum(tensors: list[Any]) -> Any:

@@ -93,6 +93,11 @@ class ShardIterator:
         return self._epoch
 
     @property
+    def position(self) -> int:
+        """The offset of the next batch inside the current epoch's shard."""
+        return self._position
+
+    @property
     def samples_consumed(self) -> int:
         return self._epoch * self.sharder.shard_size + self._position
 
@@ -144,7 +149,7 @@ class LockstepShards:
         Without indices (timing-only runs) the list repeats worker 0's batch: only the size
         and the epoch are read.
         """
-        epoch, position = self.lead.epoch, self.lead._position
+        epoch, position = self.lead.epoch, self.lead.position
         first = self.lead.next_batch(batch_size)
         if first is None:
             return None
