@@ -73,7 +73,7 @@ def test_bytes_sent_equal_received_per_pair_and_link(recorded):
     _, _, sim, result, _ = recorded
     net = sim.world.network
     in_flight: dict[tuple[int, int], float] = defaultdict(float)  # flows cut by the end of a stopped run
-    for flow in net.active:
+    for flow in net.in_flight():
         in_flight[(flow.src, flow.dst)] += flow.counted_bytes
     assert set(net.sent_bytes) >= set(net.received_bytes)
     for pair, sent in net.sent_bytes.items():

@@ -113,11 +113,18 @@ def traffic(draw, max_links=4, max_flows=6):
     return capacity, latency, flows
 
 
-def _run(capacity, latency, flows):
-    """Start every flow at its time; return (network, finish times, end of run)."""
+def _run(capacity, latency, flows, *, lone_shortcut=True, degrade=None):
+    """Start every flow at its time; return (network, finish times, end of run).
+
+    ``degrade``: (link, factor, from, to), a capacity window on one link.
+    """
     env = simpy.Environment()
     links = _links(capacity, latency)
-    net = FlowNetwork(env, links)
+    net = FlowNetwork(env, links, lone_shortcut=lone_shortcut)
+    if degrade is not None:
+        link, factor, opens, closes = degrade
+        env.timeout(opens).callbacks.append(lambda _e: net.degrade([link], factor, active=True))
+        env.timeout(closes).callbacks.append(lambda _e: net.degrade([link], factor, active=False))
     finish = [None] * len(flows)
 
     def one(i, route, nbytes, start, src, dst):
@@ -179,6 +186,45 @@ def test_link_busy_time_is_between_bytes_over_capacity_and_the_run_duration(case
         moved = sum(nbytes for route, nbytes, *_ in flows if link in route)  # exact sizes, not counted bytes
         assert net.link_busy_s[link] <= end * (1 + REL) + slack
         assert net.link_busy_s[link] >= moved / cap * (1 - REL) - slack
+
+
+@PROPERTY
+@given(traffic(), st.one_of(st.none(), st.tuples(st.integers(0, 3), st.sampled_from([0.25, 0.5]),
+                                                  st.floats(0.0, 0.3), st.floats(0.3, 1.0))))
+def test_lone_flows_finish_as_if_every_flow_were_shared(case, degrade):
+    """A flow kept apart while its links are free, and rejoining the shared set when another
+    flow or a degradation window claims one of them, gives the max-min outcome."""
+    capacity, latency, flows = case
+    if degrade is not None and degrade[0] >= len(capacity):
+        degrade = None
+    fast_net, fast, fast_end = _run(capacity, latency, flows, degrade=degrade)
+    ref_net, ref, ref_end = _run(capacity, latency, flows, lone_shortcut=False, degrade=degrade)
+    assert fast == [pytest.approx(t, rel=REL, abs=1e-12) for t in ref]
+    assert fast_end == pytest.approx(ref_end, rel=REL, abs=1e-12)
+    assert fast_net.link_bytes == ref_net.link_bytes
+    assert fast_net.link_busy_s == [pytest.approx(t, rel=REL, abs=1e-12) for t in ref_net.link_busy_s]
+    assert dict(fast_net.received_bytes) == dict(ref_net.received_bytes)
+
+
+def test_a_flow_claiming_a_lone_flows_link_mid_transfer_shares_it_from_then_on():
+    # the first flow (1000 B at 100 B/s, latency 1 s) is alone until the second starts at t=6:
+    # it has moved 500 B, then both get 50 B/s: it ends at 6 + 500/50 = 16, the second at 16 + 5
+    net, finish, _ = _run([100.0], [1.0], [([0], 1000.0, 0.0, 0, 1), ([0], 1000.0, 5.0, 0, 1)])
+    assert finish == [pytest.approx(16.0, rel=REL), pytest.approx(21.0, rel=REL)]
+    assert net.link_busy_s[0] == pytest.approx(20.0, rel=REL)
+    assert not net.in_flight() and net.idle
+
+
+def test_a_lone_flow_in_flight_at_the_end_counts_as_in_flight_and_busy():
+    env = simpy.Environment()
+    links = _links([100.0], [1.0])
+    net = FlowNetwork(env, links)
+    net.transfer(links, 1000.0, src=0, dst=1)
+    env.run(until=4.0)
+    net.finalize(env.now)
+    assert [f.dst for f in net.in_flight()] == [1] and not net.idle
+    assert net.link_busy_s[0] == pytest.approx(3.0) and net.sent_bytes[(0, 1)] == 1000.0
+    assert net.received_bytes.get((0, 1), 0.0) == 0.0
 
 
 @PROPERTY

@@ -18,7 +18,7 @@ import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -57,6 +57,7 @@ def max_min_rounds(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -
     return _solve(routes, capacity)[1]
 
 
+_ROUTES_KEPT = 1 << 16  # route tuples whose facts a network keeps (a platform has one per rank pair in use)
 _VECTOR_ABOVE = 256  # route entries (flow-link incidences) above which the NumPy solver is faster
 _TIE = 1e-12  # relative: fair shares this close count as equal
 
@@ -240,25 +241,46 @@ def _drop(flows: np.ndarray, hops: list[np.ndarray], keep: np.ndarray) -> tuple[
     return flows.compress(keep), [hop for hop in kept if hop.size]
 
 
-@dataclass(eq=False)
 class Flow:
     """A transfer in progress."""
 
-    route: tuple[Link, ...]
-    nbytes: float
-    done: Any  # the event succeeded when the last byte arrives
-    src: int | None = None
-    dst: int | None = None
-    remaining: float = field(init=False)
-    counted_bytes: float = field(init=False)  # whole bytes for the counters: sums of integers are exact
-    link_indices: tuple[int, ...] = field(init=False, repr=False)  # the route as the solver takes it
-    rate_Bps: float = 0.0
-    started_s: float = 0.0
+    __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices", "rate_Bps",
+                 "started_s")
+
+    def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
+                 dst: int | None = None, link_indices: tuple[int, ...] | None = None):
+        self.route = route
+        self.nbytes = nbytes
+        self.done = done  # called when the last byte arrives
+        self.src, self.dst = src, dst
+        self.remaining = float(nbytes)
+        self.counted_bytes = float(math.ceil(nbytes))  # whole bytes for the counters: sums of integers are exact
+        # the route as the solver takes it
+        self.link_indices = tuple(link.index for link in route) if link_indices is None else link_indices
+        self.rate_Bps = 0.0
+        self.started_s = 0.0
+
+    def __repr__(self) -> str:
+        return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"
+
+
+@dataclass(eq=False)
+class _LoneFlow:
+    """A transfer whose links nothing else uses: one timer from send to last byte.
+
+    Its rate is its narrowest link's capacity, as max-min filling would give it, for as long
+    as no other flow joins one of its links; then it becomes an ordinary flow again
+    (:meth:`FlowNetwork._join`).
+    """
+
+    flow: Flow
+    start_s: float  # when the latency has been paid and bytes begin to move
+    rate_Bps: float
+    cancelled: bool = False
+    busy_from_s: float = field(init=False)  # its links' busy time is counted up to here
 
     def __post_init__(self) -> None:
-        self.link_indices = tuple(link.index for link in self.route)
-        self.remaining = float(self.nbytes)
-        self.counted_bytes = float(math.ceil(self.nbytes))
+        self.busy_from_s = self.start_s
 
 
 class FlowNetwork:
@@ -267,14 +289,24 @@ class FlowNetwork:
     Counters kept for the results: bytes and busy time per link, bytes sent and received
     per (src, dst) rank pair. Counters count whole bytes (a collective's S/n chunks round up),
     so they add up exactly whatever the order flows finish in; timing uses the exact sizes.
+
+    A transfer whose links carry nothing else when it is sent (the common case: one message
+    between two ranks) is kept apart as a *lone* flow: one timer from the send to its last
+    byte, no latency timer and no re-solve. Should another transfer claim one of its links
+    first, it rejoins the shared flows with the bytes it has moved so far, so the allocation
+    is the max-min one at every instant either way (``lone_shortcut=False`` turns it off,
+    for tests that compare the two).
     """
 
-    def __init__(self, env, links: Sequence[Link]):
+    def __init__(self, env, links: Sequence[Link], *, lone_shortcut: bool = True):
         self.env = env
         self.links = list(links)
+        self.lone_shortcut = lone_shortcut
         self._capacity = [link.bandwidth_Bps for link in self.links]
         self._windows: dict[int, list[float]] = {}  # link index -> factors of open degradation windows
         self.active: list[Flow] = []
+        self._lone: dict[int, _LoneFlow] = {}  # link index -> the lone flow holding it
+        self._routes: dict[int, tuple] = {}  # id of a route tuple -> its facts (see _route_facts)
         self._last_advance_s = 0.0
         self._timer_generation = 0
         self._resolve_pending = False
@@ -296,15 +328,45 @@ class FlowNetwork:
         latency separately and pass 0).
         """
         done = self.env.event()
-        flow = Flow(tuple(route), max(float(nbytes), 0.0), done, src, dst)
+        self.transfer_then(route, nbytes, done.succeed, src=src, dst=dst, latency_s=latency_s)
+        return done
+
+    def transfer_then(self, route: Sequence[Link], nbytes: float, on_done: Callable[[], Any], *,
+                      src: int | None = None, dst: int | None = None, latency_s: float | None = None) -> None:
+        """Like :meth:`transfer`, but call ``on_done()`` when the last byte arrives instead of
+        succeeding an event (one SimPy event less per message for callers that only react)."""
+        route, indices, route_latency_s, distinct = self._route_facts(route)
+        flow = Flow(route, max(float(nbytes), 0.0), on_done, src, dst, indices)
         if src is not None and dst is not None:
             self.sent_bytes[(src, dst)] += flow.counted_bytes
-        delay = sum(link.latency_s for link in flow.route) if latency_s is None else latency_s
-        if delay > 0:
+        delay = route_latency_s if latency_s is None else latency_s
+        if distinct and self._can_go_alone(flow):
+            self._go_alone(flow, delay)
+        elif delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _event: self._start(flow))
         else:
             self._start(flow)
-        return done
+
+    def _route_facts(self, route: Sequence[Link]) -> tuple[tuple[Link, ...], tuple[int, ...], float, bool]:
+        """(route as a tuple, its link indices, summed latency, no link named twice), kept per
+        route tuple: a platform hands out the same tuple for a pair every time."""
+        facts = self._routes.get(id(route)) if type(route) is tuple else None
+        if facts is None or facts[0] is not route:
+            links = tuple(route)
+            indices = tuple(link.index for link in links)
+            facts = (links, indices, sum(link.latency_s for link in links), len(set(indices)) == len(indices))
+            if type(route) is tuple and len(self._routes) < _ROUTES_KEPT:
+                self._routes[id(route)] = facts  # the tuple is kept alive with its facts: its id stays its own
+        return facts
+
+    def in_flight(self) -> list[Flow]:
+        """Flows sent whose last byte has not arrived (the shared ones and the lone ones)."""
+        return self.active + [lone.flow for lone in self._lone_flows()]
+
+    @property
+    def idle(self) -> bool:
+        """Whether no flow is moving or about to move on any link."""
+        return not self.active and not self._lone
 
     def degrade(self, link_indices: Sequence[int], factor: float, *, active: bool) -> None:
         """Open (``active``) or close a window multiplying the links' capacity by ``factor``.
@@ -314,6 +376,8 @@ class FlowNetwork:
         """
         self._advance(self.env.now)
         for index in link_indices:
+            if index in self._lone:  # its rate changes: it shares the re-solve from now on
+                self._join(self._lone[index])
             windows = self._windows.setdefault(index, [])
             if active:
                 windows.append(factor)
@@ -332,6 +396,78 @@ class FlowNetwork:
             if active:
                 self.link_busy_s[i] += now_s - self._link_busy_since[i]
                 self._link_busy_since[i] = now_s
+        for lone in self._lone_flows():
+            if lone.busy_from_s < now_s:
+                for i in lone.flow.link_indices:
+                    self.link_busy_s[i] += now_s - lone.busy_from_s
+                lone.busy_from_s = now_s
+
+    # -- lone flows -------------------------------------------------------------------
+
+    def _can_go_alone(self, flow: Flow) -> bool:
+        """A flow with bytes to move, on links that no flow uses or is about to use (its
+        route names each link once)."""
+        if not self.lone_shortcut or flow.nbytes <= 0 or not flow.route:
+            return False
+        active, lone = self._link_active, self._lone
+        for i in flow.link_indices:
+            if active[i] or i in lone:
+                return False
+        return True
+
+    def _go_alone(self, flow: Flow, delay_s: float) -> None:
+        capacity = self._capacity
+        rate = math.inf
+        for i in flow.link_indices:
+            if capacity[i] < rate:
+                rate = capacity[i]
+        start_s = self.env.now + delay_s
+        lone = _LoneFlow(flow, start_s, rate)
+        for i in flow.link_indices:
+            self._lone[i] = lone
+        end_s = start_s + flow.nbytes / rate
+        self.env.timeout(max(end_s - self.env.now, 0.0)).callbacks.append(lambda _event: self._lone_done(lone))
+
+    def _lone_done(self, lone: _LoneFlow) -> None:
+        if lone.cancelled:
+            return
+        flow, now = lone.flow, self.env.now
+        flow.started_s = lone.start_s
+        for i in flow.link_indices:
+            del self._lone[i]
+            self.link_busy_s[i] += now - lone.busy_from_s
+        self._account_end(flow)
+        flow.done()
+
+    def _lone_flows(self) -> list[_LoneFlow]:
+        return list({id(lone): lone for lone in self._lone.values()}.values())
+
+    def _join(self, lone: _LoneFlow) -> None:
+        """Make a lone flow an ordinary one: another flow is about to share one of its links."""
+        lone.cancelled = True
+        flow, now = lone.flow, self.env.now
+        for i in flow.link_indices:
+            del self._lone[i]
+        if now < lone.start_s:  # still paying latency: it starts when it would have
+            self.env.timeout(lone.start_s - now).callbacks.append(lambda _event: self._start(flow))
+            return
+        self._advance(now)
+        flow.started_s = lone.start_s
+        flow.rate_Bps = lone.rate_Bps
+        flow.remaining = flow.nbytes - lone.rate_Bps * (now - lone.start_s)
+        self.active.append(flow)
+        for i in flow.link_indices:
+            self._link_active[i] += 1
+            self._link_busy_since[i] = lone.busy_from_s
+        self._resolve_soon()
+
+    def _claim(self, flow: Flow) -> None:
+        """Before ``flow`` starts on its links, return any lone flow on them to the shared set."""
+        lone_links = self._lone
+        for i in flow.link_indices:
+            lone = lone_links.get(i)
+            if lone is not None:
+                self._join(lone)
 
     # -- flow life cycle --------------------------------------------------------------
 
@@ -340,8 +476,10 @@ class FlowNetwork:
         flow.started_s = now
         if flow.nbytes <= 0 or not flow.route:
             self._account_end(flow)
-            flow.done.succeed()
+            flow.done()
             return
+        if self._lone:
+            self._claim(flow)
         self._advance(now)
         self.active.append(flow)
         for link in flow.route:
@@ -407,7 +545,7 @@ class FlowNetwork:
             self._account_end(flow)
         self._resolve_and_schedule()
         for flow in finished:
-            flow.done.succeed()
+            flow.done()
 
     def _account_end(self, flow: Flow) -> None:
         for link in flow.route:

@@ -31,7 +31,7 @@ from .base import ANY, GradResult, Group, Message
 from .cohort import CohortProcess, CohortRuntime
 from .collectives import FIDELITIES, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
 
-__all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest"]
+__all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest", "SendRequest"]
 
 
 @dataclass(eq=False)
@@ -42,6 +42,40 @@ class Request:
     name: str
     event: simpy.Event
     started_s: float | None = None  # when data started moving (comm); None while peers are missing
+
+    @property
+    def finished(self) -> bool:
+        """True when waiting on it would return at once with nothing (see :class:`SendRequest`)."""
+        return False
+
+
+class SendRequest(Request):
+    """A send; its completion event is made only when someone waits on it.
+
+    Most sends are never waited on (a parameter server's replies, a worker's pushes), and an
+    event succeeded for nobody still costs a turn of the event loop.
+    """
+
+    def __init__(self, env: simpy.Environment, sent_s: float):  # noqa: D107 (no dataclass fields but these)
+        self.kind, self.name, self.started_s = "comm", "send", sent_s
+        self._env, self._event, self._delivered = env, None, False
+
+    @property
+    def event(self) -> simpy.Event:
+        if self._event is None:
+            self._event = self._env.event()
+            if self._delivered:
+                self._event.succeed()
+        return self._event
+
+    @property
+    def finished(self) -> bool:
+        return self._delivered and self._event is None
+
+    def delivered(self) -> None:
+        self._delivered = True
+        if self._event is not None:
+            self._event.succeed()
 
 
 @dataclass(eq=False)
@@ -172,12 +206,17 @@ class SimWorld:
             if not isinstance(request, Request):
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
             waited_from = self.env.now
-            value = yield request.event
-            if rank in self.crashed:  # the node died while this rank waited: it never runs again
-                if request.kind == "compute":
-                    self._count_drop("gradients", rank, 1)
-                return
-            if request.kind == "comm":
+            if not request.finished:
+                value = yield request.event
+                if rank in self.crashed:  # the node died while this rank waited: it never runs again
+                    if request.kind == "compute":
+                        self._count_drop("gradients", rank, 1)
+                    return
+            else:
+                value = None
+            if request.kind == "compute":
+                value = request.partial_result()
+            elif request.kind == "comm":
                 self._account_blocking(rank, request, waited_from)
 
     def crash(self, node: int, ranks: Iterable[int]) -> None:
@@ -211,9 +250,9 @@ class SimWorld:
         if self._cores is not None:
             return self._shared_compute(rank, replica, batch)
         duration = self.compute_model.duration_s(rank, batch_size, start)
-        request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=duration, env=env,
-                                 resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
-        env.timeout(duration).callbacks.append(lambda _event: request.event.succeed(request.partial_result()))
+        # the timer is the request's event; the waiting rank reads the gradient (``_drive``)
+        request = ComputeRequest("compute", "forward/backward", env.timeout(duration), start, duration_s=duration,
+                                 env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
         self._compute_until[rank] = start + duration
         self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
         return request
@@ -234,7 +273,7 @@ class SimWorld:
                                  resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
         self._compute_until[rank] = start + estimate
 
-        def finish(_event) -> None:
+        def finish() -> None:
             self._computing_on_node[device.node] -= 1
             self._compute_until[rank] = env.now
             if request._result is None:
@@ -242,7 +281,7 @@ class SimWorld:
             self.recorder.span(rank, "compute", "forward/backward", start, env.now, batch_size=batch_size)
             request.event.succeed(request.partial_result())
 
-        network.transfer(routes[rank], work, latency_s=0.0).callbacks.append(finish)
+        network.transfer_then(routes[rank], work, finish, latency_s=0.0)
         return request
 
     def busy(self, rank: int, duration_s: float, name: str) -> Request:
@@ -266,14 +305,14 @@ class SimWorld:
         self._computing_on_node[device.node] = self._computing_on_node.get(device.node, 0) + 1
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
 
-        def finish(_event) -> None:
+        def finish() -> None:
             self._computing_on_node[device.node] -= 1
             self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
             self.recorder.span(rank, "compute", name, start, env.now)
             request.event.succeed()
 
         work_core_s = duration_s * (device.cpus or 1.0)
-        network.transfer(routes[rank], work_core_s, latency_s=0.0).callbacks.append(finish)
+        network.transfer_then(routes[rank], work_core_s, finish, latency_s=0.0)
         return request
 
     # -- point to point ----------------------------------------------------------------
@@ -283,14 +322,13 @@ class SimWorld:
             raise SimulationError(f"rank {src} sends to rank {dst}, which does not exist")
         nbytes = payload_nbytes(payload)
         data, sent = snapshot(payload), self.env.now
-        request = Request("comm", "send", self.env.event(), sent)
-        flow = self.network.transfer(self.platform.route(src, dst), nbytes, src=src, dst=dst)
+        request = SendRequest(self.env, sent)
 
-        def deliver(_event) -> None:
+        def deliver() -> None:
             self._deliver(Message(src, dst, tag, data, nbytes, sent, self.env.now))
-            request.event.succeed()
+            request.delivered()
 
-        flow.callbacks.append(deliver)
+        self.network.transfer_then(self.platform.route(src, dst), nbytes, deliver, src=src, dst=dst)
         return request
 
     @staticmethod
@@ -403,7 +441,7 @@ class SimWorld:
     def _execute(self, key: Any, plan):
         """Run a collective schedule with the world's fidelity (see runtime.collectives)."""
         for index, phase in enumerate(plan):
-            if self.network_exclusive and not self.network.active:
+            if self.network_exclusive and self.network.idle:
                 yield from self._replay_alone(key, index, phase)
             else:
                 yield from self._run_phase(self.env, self.network, (key, index), phase)
