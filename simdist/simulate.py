@@ -64,9 +64,8 @@ def _gradient_source(workload: Workload, timing_only: bool, loss_curve: LossCurv
         phantom.uniform = True  # equal for every rank given a batch of the same epoch and size
         return phantom
 
-    def real(rank: int, replica: Any, batch: Any):
-        x, y = workload.batch_tensors(batch)
-        return workload.pending.submit(replica.params, x, y).result
+    def real(rank: int, replica: Any, batch: Any):  # tensors gathered with the other queued batches
+        return workload.pending.submit_batch(replica.params, batch).result
 
     def many(ranks: list[int], replicas: list[Any], batches: list[Any]):  # a cohort's batches, gathered at once
         return [workload.pending.submit(replica.params, x, y).result
@@ -272,16 +271,20 @@ class Simulation:
         queue = env._queue  # SimPy's heap of (time, priority, id, event): read only, to tell a stall
         background = self._background
         wall_deadline = None if stop.max_wall_time is None else time.perf_counter() + stop.max_wall_time
-        while not until.processed:
-            if len(queue) <= len(background) and all(item[3] in background for item in queue):
-                return "stalled"
-            env.step()
-            self.events_processed += 1
-            if self.events_processed >= stop.max_events and not until.processed:
-                return "event_limit"
-            if wall_deadline is not None and not self.events_processed & 1023 and time.perf_counter() > wall_deadline:
-                return "wall_time_limit"
-        return None
+        step, events, max_events = env.step, self.events_processed, stop.max_events  # locals: this loop is hot
+        try:
+            while not until.processed:
+                if len(queue) <= len(background) and all(item[3] in background for item in queue):
+                    return "stalled"
+                step()
+                events += 1
+                if events >= max_events and not until.processed:
+                    return "event_limit"
+                if wall_deadline is not None and not events & 1023 and time.perf_counter() > wall_deadline:
+                    return "wall_time_limit"
+            return None
+        finally:
+            self.events_processed = events
 
     def execute(self) -> RunResult:
         """Run to the first stop criterion and collect the result (once)."""

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simdist.training import gradients as gradients_module
 from simdist.training import (
     MODELS,
     CNNConfig,
@@ -20,6 +21,12 @@ from simdist.training import (
 
 SHAPE = (1, 8, 8)
 TOL = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def fresh_stacking_trials(monkeypatch):
+    """Every test tries stacking afresh (the outcomes are otherwise kept for the process)."""
+    monkeypatch.setattr(gradients_module, "_STACKING_TRIED", {})
 
 
 def _module(name: str) -> nn.Module:
@@ -159,6 +166,29 @@ def test_pending_gradients_evaluate_once_for_all_handles():
     assert calls == [5, 1]
 
 
+def test_queued_batches_are_gathered_once_at_evaluation():
+    evaluator, params = _evaluator("mlp")
+    tensors = {i: _batch(i, 16) for i in range(4)}
+    gathered = []
+
+    def gather(batches):
+        gathered.append(list(batches))
+        return [tensors[b] for b in batches]
+
+    pending = PendingGradients(evaluator, gather=gather)
+    handles = [pending.submit_batch(params, 0), pending.submit(params, *tensors[1]), pending.submit_batch(params, 2)]
+    assert gathered == []
+    results = [h.result() for h in handles]
+    assert gathered == [[0, 2]]
+    _assert_same(results, [evaluator.gradient(params, *tensors[i]) for i in (0, 1, 2)])
+
+
+def test_submitting_a_batch_needs_a_gather_function():
+    evaluator, params = _evaluator("mlp")
+    with pytest.raises(ValueError, match="gather"):
+        PendingGradients(evaluator).submit_batch(params, 0)
+
+
 # -- requests at different parameters (asynchronous algorithms) -------------------------------------
 
 
@@ -218,6 +248,21 @@ def test_stacking_is_refused_where_it_rounds_differently(monkeypatch):
         requests = _apart_requests(evaluator, base, 4, 16, seed)
         _assert_bitwise(evaluator.gradients(requests), [evaluator.gradient(*r) for r in requests])
     assert evaluator._stack_exact == {(16, 4, torch.get_num_threads()): False}
+
+
+def test_a_shape_is_tried_once_per_process_not_once_per_evaluator(monkeypatch):
+    first, base = _evaluator("mlp")
+    first.gradients(_apart_requests(first, base, 4, 16, 0))
+    trials = []
+    agrees = GradientEvaluator._agrees
+    monkeypatch.setattr(GradientEvaluator, "_agrees", lambda self, requests: trials.append(1) or agrees(self, requests))
+    second, _ = _evaluator("mlp")
+    requests = _apart_requests(second, base, 4, 16, 1)
+    _assert_bitwise(second.gradients(requests), [second.gradient(*r) for r in requests])
+    assert trials == [] and (16, 4, torch.get_num_threads()) in second._stack_exact
+    other, other_base = _evaluator("nested")  # other layers: tried again
+    other.gradients(_apart_requests(other, other_base, 4, 16, 0))
+    assert trials
 
 
 def test_probing_a_shape_leaves_the_global_random_stream_alone():

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,8 @@ from ..errors import InputError
 from .models import ModelInfo
 
 __all__ = ["GradientEvaluator", "PendingGradients", "GradientHandle"]
+
+_NUMPY_DTYPES = frozenset({torch.float32, torch.float64, torch.float16})  # dtypes .numpy() reads as they are
 
 Request = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 Result = tuple[torch.Tensor, float]
@@ -103,6 +105,7 @@ class GradientEvaluator:
         self._vmap_ok = not self._has_buffers
         self._vmap_same = vmap(grad_and_value(self._functional_loss), in_dims=(None, 0, 0))
         self._probe = torch.linspace(0, max(info.param_count - 1, 0), self._PROBES).long().unique()
+        self._probe_np = self._probe.numpy()
 
     # ------------------------------------------------------------------ parameters
 
@@ -164,7 +167,7 @@ class GradientEvaluator:
         keys: dict[int, tuple] = {}
         for i, (params, x, _y) in enumerate(requests):
             if id(params) not in keys:
-                keys[id(params)] = tuple(params[self._probe].tolist()) if params.numel() else ()
+                keys[id(params)] = self._probe_key(params)
             bucket = buckets.setdefault((int(x.shape[0]), keys[id(params)]), [])
             for group in bucket:
                 if group.params is params or torch.equal(group.params, params):
@@ -174,6 +177,15 @@ class GradientEvaluator:
                 bucket.append(_Group(params, int(x.shape[0]), [i]))
                 groups.append(bucket[-1])
         return groups
+
+    def _probe_key(self, params: torch.Tensor) -> tuple:
+        """A few of ``params``' values: equal parameters have equal keys (a cheap pre-filter
+        before ``torch.equal``). Read through NumPy where it can: a tenth of a tensor index."""
+        if not params.numel():
+            return ()
+        if params.dtype in _NUMPY_DTYPES and not params.requires_grad and params.device.type == "cpu":
+            return tuple(params.numpy()[self._probe_np].tolist())
+        return tuple(params[self._probe].tolist())
 
     def _same_params(self, group: _Group, requests: list[Request], results: list) -> None:
         xs = [requests[i][1] for i in group.indices]
@@ -223,8 +235,11 @@ class GradientEvaluator:
         x = requests[0][1]
         shape = (int(x.shape[0]), len(requests), torch.get_num_threads())
         if shape not in self._stack_exact:
-            self._stack_exact[shape] = all(self._agrees(self._synthetic(len(requests), x, dense))
-                                           for dense in (True, False))
+            tried = (_plan_signature(self._stack_plan), x.dtype, shape)  # the same in every run of this process
+            if tried not in _STACKING_TRIED:
+                _STACKING_TRIED[tried] = all(self._agrees(self._synthetic(len(requests), x, dense))
+                                             for dense in (True, False))
+            self._stack_exact[shape] = _STACKING_TRIED[tried]
         return self._stack_exact[shape]
 
     def _agrees(self, requests: list[Request]) -> bool:
@@ -372,6 +387,15 @@ def _scatter(indices: list[int], batched: Batched, results: list) -> None:
         results[i] = (grads[row], losses[row])
 
 
+_STACKING_TRIED: dict[tuple, bool] = {}  # (model layers, dtype, shape) -> stacking is bit-exact; see _stacking_exact
+
+
+def _plan_signature(plan: list) -> tuple:
+    """What a stacking trial's outcome depends on besides the shape: the layers in call order."""
+    return tuple((type(step.module).__name__, step.module.in_features, step.module.out_features,
+                  step.bias is not None) if isinstance(step, _FastLayer) else type(step).__name__ for step in plan)
+
+
 def _fast_layers(module: nn.Module, info: ModelInfo) -> list[_FastLayer] | None:
     """The Linear/Conv2d layers holding all parameters, or None if the fast path does not apply."""
     slices = {layer.name: slice(layer.start, layer.stop) for layer in info.layers}
@@ -492,17 +516,30 @@ class PendingGradients:
 
     ``submit`` copies nothing: the caller guarantees that ``params``, ``x`` and ``y`` do
     not change until the result has been read (a worker does not touch its replica while
-    its forward/backward is in flight, which is exactly this).
+    its forward/backward is in flight, which is exactly this). ``submit_batch`` queues a
+    batch whose tensors ``gather`` fetches at evaluation, for every queued batch at once.
     """
 
-    def __init__(self, evaluator: GradientEvaluator):
+    def __init__(self, evaluator: GradientEvaluator,
+                 gather: Callable[[list[Any]], list[tuple[torch.Tensor, torch.Tensor]]] | None = None):
         self.evaluator = evaluator
+        self.gather = gather
         self._queue: list[tuple[GradientHandle, Request]] = []
+        self._batches: list[tuple[int, Any]] = []  # (queue position, batch) of requests without tensors yet
         self.evaluations = 0  # gradients() calls made, for tests and profiling
 
     def submit(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> GradientHandle:
         handle = GradientHandle(self)
         self._queue.append((handle, (params, x, y)))
+        return handle
+
+    def submit_batch(self, params: torch.Tensor, batch: Any) -> GradientHandle:
+        """``submit`` for a batch whose features and labels are gathered when evaluated."""
+        if self.gather is None:
+            raise ValueError("submit_batch needs a gather function")
+        handle = GradientHandle(self)
+        self._batches.append((len(self._queue), batch))
+        self._queue.append((handle, (params, None, None)))
         return handle
 
     def __len__(self) -> int:
@@ -511,8 +548,13 @@ class PendingGradients:
     def flush(self) -> None:
         """Evaluate every queued request in one batched call."""
         queue, self._queue = self._queue, []
+        batches, self._batches = self._batches, []
         if not queue:
             return
+        if batches:
+            for (position, _batch), (x, y) in zip(batches, self.gather([batch for _p, batch in batches])):
+                handle, (params, _x, _y) = queue[position]
+                queue[position] = (handle, (params, x, y))
         self.evaluations += 1
         for (handle, _request), result in zip(queue, self.evaluator.gradients([r for _h, r in queue])):
             handle._result = result

@@ -214,7 +214,10 @@ def payload_nbytes(obj: object) -> int:
     """
     kind = type(obj)  # the common exact types first: this runs for every message
     if kind is dict:
-        return sum(map(payload_nbytes, obj.values()))
+        total = 0
+        for value in obj.values():  # numbers inline: a message is mostly small fields
+            total += 8 if type(value) in _NUMBERS else payload_nbytes(value)
+        return total
     if kind is torch.Tensor or kind is PhantomTensor:
         return obj.numel() * obj.element_size()
     if kind is int or kind is float or kind is bool:
@@ -253,7 +256,7 @@ def snapshot(obj: Any) -> Any:
     """
     kind = type(obj)  # the common exact types first: this runs for every message
     if kind is dict:
-        return {k: snapshot(v) for k, v in obj.items()}
+        return {k: v if type(v) in _IMMUTABLE else snapshot(v) for k, v in obj.items()}
     if kind is Handover:
         return obj.value
     if kind in _IMMUTABLE:
@@ -262,6 +265,7 @@ def snapshot(obj: Any) -> Any:
 
 
 _IMMUTABLE = frozenset({PhantomTensor, type(None), bool, int, float, str, bytes})
+_NUMBERS = frozenset({bool, int, float})
 
 
 def _copied(obj: Any) -> Any:

@@ -49,7 +49,7 @@ class Workload:
         self.optimizer_config = optimizer_config
         self.optimizer = make_optimizer(optimizer_config)
         self.seed = seed
-        self.pending = PendingGradients(evaluator)
+        self.pending = PendingGradients(evaluator, gather=self.many_batch_tensors)
         self._initial = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).float()
 
     # ------------------------------------------------------------------ model facts
@@ -94,8 +94,8 @@ class Workload:
         (each batch's tensors are views of the gathered ones)."""
         index = torch.from_numpy(np.concatenate([batch.indices for batch in batches]))
         sizes = [len(batch.indices) for batch in batches]
-        xs = torch.split(self.dataset.train_x[index], sizes)
-        return list(zip(xs, torch.split(self.dataset.train_y[index], sizes)))
+        xs = self.dataset.train_x.index_select(0, index).split(sizes)
+        return list(zip(xs, self.dataset.train_y.index_select(0, index).split(sizes)))
 
     def test_metrics(self, params: torch.Tensor, max_samples: int | None = None) -> tuple[float, float]:
         """(mean test loss, test accuracy) of ``params`` on the first ``max_samples`` test samples (default all)."""
