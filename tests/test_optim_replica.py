@@ -69,6 +69,27 @@ def test_matches_torch_optim(options):
     assert state["step"] == 6
 
 
+@pytest.mark.parametrize("options", [{"name": "sgd", "lr": 0.1}, {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+                                     {"name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True,
+                                      "weight_decay": 5e-3},
+                                     {"name": "adam", "lr": 1e-2}])
+def test_stepped_rounds_as_step_and_leaves_its_input_alone(options):
+    """A parameter server's out-of-place update must give the same bits as an in-place one."""
+    optimizer = make_optimizer(OptimizerConfig(**options))
+    gen = torch.Generator().manual_seed(3)
+    in_place = torch.randn(1000, generator=gen)
+    fresh = in_place.clone()
+    state_a, state_b = optimizer.init_state(in_place), optimizer.init_state(fresh)
+    for _ in range(4):
+        grad = torch.randn(1000, generator=gen)
+        before = fresh.clone()
+        optimizer.step(in_place, grad, state_a)
+        stepped = optimizer.stepped(fresh, grad, state_b)
+        assert torch.equal(fresh, before)
+        fresh = stepped
+        assert torch.equal(in_place, fresh)
+
+
 def test_update_returns_the_step_and_leaves_params_alone():
     optimizer = make_optimizer(OptimizerConfig(lr=0.5, momentum=0.9))
     params = torch.ones(4)

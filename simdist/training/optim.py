@@ -96,6 +96,21 @@ class SGD(_Base):
 
     def update(self, params, grad, state, lr=None, weight_decay=None):
         """The step ``-lr * d`` where ``d`` is the (momentum) direction; updates the buffer in place."""
+        direction, lr = self._direction(params, grad, state, lr, weight_decay)
+        return direction.mul(-lr)
+
+    def step(self, params, grad, state, lr=None):
+        """``params -= lr * d`` in place, as ``torch.optim.SGD`` writes it (one fused operation)."""
+        direction, lr = self._direction(params, grad, state, lr, None)
+        params.add_(direction, alpha=-lr)
+
+    def stepped(self, params, grad, state, lr=None):
+        """``params - lr * d`` as a new tensor, rounded as :meth:`step` rounds it."""
+        direction, lr = self._direction(params, grad, state, lr, None)
+        return params.add(direction, alpha=-lr)
+
+    def _direction(self, params, grad, state, lr, weight_decay) -> tuple[torch.Tensor, float]:
+        """(the (momentum) direction ``d``, the learning rate); updates the buffer in place."""
         lr = self.config.lr if lr is None else lr
         direction = self._decayed(params, grad, weight_decay)
         momentum = self.config.momentum
@@ -104,7 +119,7 @@ class SGD(_Base):
             buf.mul_(momentum).add_(direction)
             direction = direction.add(buf, alpha=momentum) if self.config.nesterov else buf
         state["step"] += 1
-        return direction.mul(-lr)
+        return direction, lr
 
 
 class Adam(_Base):
