@@ -28,9 +28,10 @@ UPDATE_COLUMNS = ("time_s", "worker", "step", "version", "staleness", "batch_siz
 EVAL_COLUMNS = ("time_s", "step", "worker", "test_loss", "test_accuracy")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Span:
-    """One interval of a rank's activity."""
+    """One interval of a rank's activity (a plain slotted class: a run records one per
+    compute and per wait, and a frozen dataclass costs three times as much to make)."""
 
     rank: int
     kind: str  # "compute" | "comm" | "wait"
