@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -264,7 +263,6 @@ class Flow:
         return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"
 
 
-@dataclass(eq=False)
 class _LoneFlow:
     """A transfer whose links nothing else uses: one timer from send to last byte.
 
@@ -273,14 +271,14 @@ class _LoneFlow:
     (:meth:`FlowNetwork._join`).
     """
 
-    flow: Flow
-    start_s: float  # when the latency has been paid and bytes begin to move
-    rate_Bps: float
-    cancelled: bool = False
-    busy_from_s: float = field(init=False)  # its links' busy time is counted up to here
+    __slots__ = ("flow", "start_s", "rate_Bps", "cancelled", "busy_from_s")
 
-    def __post_init__(self) -> None:
-        self.busy_from_s = self.start_s
+    def __init__(self, flow: Flow, start_s: float, rate_Bps: float):
+        self.flow = flow
+        self.start_s = start_s  # when the latency has been paid and bytes begin to move
+        self.rate_Bps = rate_Bps
+        self.cancelled = False
+        self.busy_from_s = start_s  # its links' busy time is counted up to here
 
 
 class FlowNetwork:
@@ -426,9 +424,11 @@ class FlowNetwork:
         for i in flow.link_indices:
             self._lone[i] = lone
         end_s = start_s + flow.nbytes / rate
-        self.env.timeout(max(end_s - self.env.now, 0.0)).callbacks.append(lambda _event: self._lone_done(lone))
+        timer = self.env.timeout(max(end_s - self.env.now, 0.0), lone)
+        timer.callbacks.append(self._lone_done)
 
-    def _lone_done(self, lone: _LoneFlow) -> None:
+    def _lone_done(self, timer) -> None:
+        lone = timer.value
         if lone.cancelled:
             return
         flow, now = lone.flow, self.env.now
