@@ -19,8 +19,8 @@ import argparse
 import random
 import time
 
-from simdist.platform.network import (_VECTOR_ABOVE, _max_min_rates_numpy, _max_min_rates_python, max_min_rates,
-                                      max_min_rounds)
+from simdist.platform.maxmin import (_VECTOR_ABOVE, _max_min_rates_numpy, _max_min_rates_python, max_min_rates,
+                                     max_min_rounds)
 
 TARGET_MS = 10.0
 CROSSOVER_FLOWS = (2, 8, 32, 64, 128, 512)

@@ -22,8 +22,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simdist.platform.network import (_VECTOR_ABOVE, _max_min_rates_numpy, _max_min_rates_python, max_min_rates,
-                                      max_min_rounds)
+from simdist.platform.maxmin import (_VECTOR_ABOVE, _max_min_rates_numpy, _max_min_rates_python, max_min_rates,
+                                     max_min_rounds)
 from helpers import link_load
 
 REL = 1e-9
