@@ -24,9 +24,11 @@ tolerance (tested):
   a shape is stacked only once a trial on synthetic data has shown it equal to
   one-at-a-time evaluation bit for bit. The trial is a check of the kernels BLAS picked for
   that shape, not a proof for every input: what is guaranteed (and tested) is agreement
-  within float tolerance; on every run compared here the results were bit-identical. Measured here (16 workers x batch 32, ``mlp`` on
-  digits, 1 thread, 11 requests a call): ~40 us a gradient stacked, ~100 us one at a time
-  and as much with ``vmap`` of ``grad`` over batched parameters.
+  within float tolerance; on every run compared here the results were bit-identical. A
+  trial's outcome is kept for the process (the same layers, dtype and shape give the same
+  kernels). Measured here (16 workers x batch 32, ``mlp`` on digits, 1 thread, 10 requests a
+  call): ~40 us a gradient stacked, ~95 us one at a time and as much with ``vmap`` of
+  ``grad`` over batched parameters. The per-layer math lives in :mod:`.layer_grads`.
 * Other requests and modules with buffers (batch norm) are evaluated one at a time.
 
 The evaluator takes over its module: the module's parameters become views of one flat
@@ -51,6 +53,8 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..errors import InputError
+from .layer_grads import (FastLayer, fast_layers, layer_grads, plan_signature, request_losses, stack_plan,
+                          stacked_linear)
 from .models import ModelInfo
 
 __all__ = ["GradientEvaluator", "PendingGradients", "GradientHandle"]
@@ -73,15 +77,6 @@ class _Group:
     indices: list[int] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _FastLayer:
-    """A Linear/Conv2d layer of the fast path and its slices of the flat vector."""
-
-    module: nn.Module
-    weight: slice
-    bias: slice | None
-
-
 class GradientEvaluator:
     """Mean-over-batch loss gradients of ``module`` at flat parameter vectors."""
 
@@ -98,9 +93,9 @@ class GradientEvaluator:
         self._names = [name for name, _ in module.named_parameters()]
         self._flat = self._adopt_parameters()
         self._has_buffers = any(True for _ in module.buffers())
-        self._fast_layers = None if self._has_buffers else _fast_layers(module, info)
+        self._fast_layers = None if self._has_buffers else fast_layers(module, info)
         stackable = not self._has_buffers and loss == "cross_entropy"
-        self._stack_plan = _stack_plan(module, self._params, info) if stackable else None
+        self._stack_plan = stack_plan(module, self._params, info) if stackable else None
         self._stack_exact: dict[tuple[int, int, int], bool] = {}  # shape -> stacked == one at a time, bitwise
         self._vmap_ok = not self._has_buffers
         self._vmap_same = vmap(grad_and_value(self._functional_loss), in_dims=(None, 0, 0))
@@ -235,7 +230,7 @@ class GradientEvaluator:
         x = requests[0][1]
         shape = (int(x.shape[0]), len(requests), torch.get_num_threads())
         if shape not in self._stack_exact:
-            tried = (_plan_signature(self._stack_plan), x.dtype, shape)  # the same in every run of this process
+            tried = (plan_signature(self._stack_plan), x.dtype, shape)  # the same in every run of this process
             if tried not in _STACKING_TRIED:
                 _STACKING_TRIED[tried] = all(self._agrees(self._synthetic(len(requests), x, dense))
                                              for dense in (True, False))
@@ -249,7 +244,7 @@ class GradientEvaluator:
     def _synthetic(self, k: int, like: torch.Tensor, dense: bool) -> list[Request]:
         """k random requests shaped like ``like``: every unit active (``dense``) or signed data."""
         gen = torch.Generator().manual_seed(0)  # a private stream: the run's randomness is untouched
-        linears = [step for step in self._stack_plan if isinstance(step, _FastLayer)]
+        linears = [step for step in self._stack_plan if isinstance(step, FastLayer)]
         draw = _positive if dense else torch.randn
         requests = []
         for _ in range(k):
@@ -271,15 +266,15 @@ class GradientEvaluator:
         k, b = len(requests), int(requests[0][1].shape[0])
         stacked = torch.stack([params for params, _x, _y in requests])
         h = torch.cat([x for _p, x, _y in requests])
-        linears: list[tuple[_FastLayer, torch.Tensor, torch.Tensor]] = []
+        linears: list[tuple[FastLayer, torch.Tensor, torch.Tensor]] = []
         for step in self._stack_plan:
-            if not isinstance(step, _FastLayer):
+            if not isinstance(step, FastLayer):
                 h = step(h)
                 continue
             if h.dim() != 2:
                 self._stack_plan = None
                 return None
-            z = _stacked_linear(step, stacked, h, k)
+            z = stacked_linear(step, stacked, h, k)
             linears.append((step, h, z if z.requires_grad else z.requires_grad_()))
             h = z
         if h.dim() != 2:
@@ -291,8 +286,8 @@ class GradientEvaluator:
         deltas = torch.autograd.grad(per_sample.sum() / b, [z for _layer, _a, z in linears])
         out = torch.empty(k, self.info.param_count)  # every slice is written below
         for (layer, a, _z), delta in zip(linears, deltas):
-            _layer_grads(layer, a.detach(), delta, k, out)
-        return out, _request_losses(log_probs.detach(), ys)
+            layer_grads(layer, a.detach(), delta, k, out)
+        return out, request_losses(log_probs.detach(), ys)
 
     def _fast_batched(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
         """Per-request gradients from one forward/backward; None if a layer ran twice."""
@@ -322,7 +317,7 @@ class GradientEvaluator:
         deltas = torch.autograd.grad(per_sample.sum() / b, [captured[j][1] for j in order])
         out = torch.empty(k, self.info.param_count)  # every slice is written below
         for j, delta in zip(order, deltas):
-            _layer_grads(self._fast_layers[j], captured[j][0].detach(), delta, k, out)
+            layer_grads(self._fast_layers[j], captured[j][0].detach(), delta, k, out)
         return out, per_sample.detach().view(k, b).mean(1).tolist()
 
     def _vmapped(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
@@ -360,13 +355,6 @@ def _positive(*shape: int, generator: torch.Generator) -> torch.Tensor:
     return torch.rand(*shape, generator=generator).add_(0.5)
 
 
-def _request_losses(log_probs: torch.Tensor, ys: list[torch.Tensor]) -> list[float]:
-    """Each request's batch-mean loss, reduced over its own rows as a single evaluation does
-    (a mean over a ``(k, b)`` view of per-sample losses sums in another order)."""
-    b = int(ys[0].shape[0])
-    return torch.stack([F.nll_loss(log_probs[i * b : (i + 1) * b], y) for i, y in enumerate(ys)]).tolist()
-
-
 def _rows(batched: Batched) -> list[Result]:
     grads, losses = batched
     return [(grads[row], loss) for row, loss in enumerate(losses)]
@@ -388,108 +376,6 @@ def _scatter(indices: list[int], batched: Batched, results: list) -> None:
 
 
 _STACKING_TRIED: dict[tuple, bool] = {}  # (model layers, dtype, shape) -> stacking is bit-exact; see _stacking_exact
-
-
-def _plan_signature(plan: list) -> tuple:
-    """What a stacking trial's outcome depends on besides the shape: the layers in call order."""
-    return tuple((type(step.module).__name__, step.module.in_features, step.module.out_features,
-                  step.bias is not None) if isinstance(step, _FastLayer) else type(step).__name__ for step in plan)
-
-
-def _fast_layers(module: nn.Module, info: ModelInfo) -> list[_FastLayer] | None:
-    """The Linear/Conv2d layers holding all parameters, or None if the fast path does not apply."""
-    slices = {layer.name: slice(layer.start, layer.stop) for layer in info.layers}
-    seen: set[int] = set()
-    layers = []
-    for prefix, sub in module.named_modules(remove_duplicate=False):
-        own = dict(sub.named_parameters(recurse=False))
-        if not own:
-            continue
-        if not _fast_layer_ok(sub) or set(own) - {"weight", "bias"} or any(id(p) in seen for p in own.values()):
-            return None
-        seen.update(id(p) for p in own.values())
-        name = f"{prefix}." if prefix else ""
-        bias = slices[name + "bias"] if "bias" in own else None
-        layers.append(_FastLayer(sub, slices[name + "weight"], bias))
-    return layers if len(seen) == len(info.layers) else None
-
-
-_PER_SAMPLE = (nn.ReLU, nn.Flatten, nn.Identity)  # parameter-free, exact, each sample on its own
-
-
-def _stack_plan(module: nn.Module, params: list[torch.Tensor], info: ModelInfo) -> list | None:
-    """The leaves of an ``nn.Sequential`` in call order, each Linear as a :class:`_FastLayer`.
-
-    None unless every leaf is an ``nn.Linear`` used once or an exact per-sample module
-    (:data:`_PER_SAMPLE`, not in place) and the Linears hold every parameter.
-    """
-    if type(module) is not nn.Sequential:
-        return None
-    slices = {id(p): slice(layer.start, layer.stop) for p, layer in zip(params, info.layers)}
-    plan: list = []
-    linears: set[int] = set()
-    for leaf in _leaves(module):
-        if type(leaf) is nn.Linear and id(leaf) not in linears:
-            linears.add(id(leaf))
-            bias = slices[id(leaf.bias)] if leaf.bias is not None else None
-            plan.append(_FastLayer(leaf, slices[id(leaf.weight)], bias))
-        elif type(leaf) in _PER_SAMPLE and not getattr(leaf, "inplace", False):
-            plan.append(leaf)
-        else:
-            return None
-    held = sum(1 + (step.bias is not None) for step in plan if isinstance(step, _FastLayer))
-    return plan if linears and held == len(params) else None
-
-
-def _leaves(sequential: nn.Sequential):
-    """The modules a Sequential calls, nested Sequentials flattened, in call order."""
-    for child in sequential:
-        if type(child) is nn.Sequential:
-            yield from _leaves(child)
-        else:
-            yield child
-
-
-def _stacked_linear(layer: _FastLayer, stacked: torch.Tensor, a: torch.Tensor, k: int) -> torch.Tensor:
-    """``F.linear`` of each request's rows of ``a`` with that request's weights, as one batched call."""
-    mod = layer.module
-    weight_t = stacked[:, layer.weight].view(k, mod.out_features, mod.in_features).transpose(1, 2)
-    a = a.reshape(k, -1, mod.in_features)
-    if layer.bias is None:
-        return torch.bmm(a, weight_t).reshape(-1, mod.out_features)
-    return torch.baddbmm(stacked[:, layer.bias].unsqueeze(1), a, weight_t).reshape(-1, mod.out_features)
-
-
-def _fast_layer_ok(layer: nn.Module) -> bool:
-    if isinstance(layer, nn.Linear):
-        return True
-    return isinstance(layer, nn.Conv2d) and layer.padding_mode == "zeros" and not isinstance(layer.padding, str)
-
-
-def _layer_grads(layer: _FastLayer, a: torch.Tensor, delta: torch.Tensor, k: int, out: torch.Tensor) -> None:
-    """Write each request's weight and bias gradient of one layer into rows of ``out``."""
-    mod = layer.module
-    if isinstance(mod, nn.Linear):
-        a = a.reshape(k, -1, mod.in_features)
-        d = delta.reshape(k, -1, mod.out_features)
-        weight = torch.bmm(d.transpose(1, 2), a)  # einsum('nbo,nbi->noi', d, a)
-        bias = d.sum(1) if layer.bias is not None else None
-    else:
-        weight, bias = _conv_grads(mod, a, delta, k)
-    out[:, layer.weight] = weight.reshape(k, -1)
-    if layer.bias is not None:
-        out[:, layer.bias] = bias
-
-
-def _conv_grads(mod: nn.Conv2d, a: torch.Tensor, delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-request Conv2d gradients: the request axis moved into channels, groups times k."""
-    b = a.shape[0] // k
-    a_k = a.reshape(k, b, *a.shape[1:]).transpose(0, 1).reshape(b, k * a.shape[1], *a.shape[2:])
-    d_k = delta.reshape(k, b, *delta.shape[1:]).transpose(0, 1).reshape(b, k * delta.shape[1], *delta.shape[2:])
-    weight_size = (k * mod.out_channels, mod.in_channels // mod.groups, *mod.kernel_size)
-    weight = torch.nn.grad.conv2d_weight(a_k, weight_size, d_k, mod.stride, mod.padding, mod.dilation, k * mod.groups)
-    bias = delta.reshape(k, b, mod.out_channels, -1).sum(dim=(1, 3))
-    return weight.reshape(k, -1), bias
 
 
 class GradientHandle:
