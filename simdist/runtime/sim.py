@@ -10,108 +10,30 @@ tensor math in between costs no virtual time.
 collectives in progress, the recorder); :class:`SimRuntime` is one rank's view of it. Each
 algorithm generator is driven by :meth:`SimWorld.spawn`, which hands it the values of the
 requests it yields and records, per rank, the time spent blocked in communication (``comm``
-once data moves, ``wait`` while peers have not arrived yet).
+once data moves, ``wait`` while peers have not arrived yet). What a rank waits on is a
+:mod:`.requests` object; collectives are matched and run by :mod:`.sim_collectives`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterable
 
 import simpy
-import torch
 
 from ..errors import SimulationError
 from ..platform.compute import ComputeModel
-from ..platform.network import NETWORK_MODELS, FlowNetwork, max_min_rates
+from ..platform.network import NETWORK_MODELS, FlowNetwork
 from ..platform.topology import Link, Platform
 from ..recorder import Recorder, UpdateBlock
-from ..training.replica import PhantomTensor, payload_nbytes, snapshot
-from .base import ANY, GradResult, Group, Message
+from ..training.replica import payload_nbytes, snapshot
+from .base import ANY, Group, Message
 from .cohort import CohortProcess, CohortRuntime
-from .collectives import FIDELITIES, allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
+from .collectives import FIDELITIES
+from .requests import ComputeRequest, Request, SendRequest
+from .sim_collectives import CollectiveExecution
 
 __all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest", "SendRequest"]
-
-
-@dataclass(eq=False)
-class Request:
-    """Something an algorithm waits on: a SimPy event plus what the time spent waiting was."""
-
-    kind: str  # "compute", "comm", "busy" or "progress"
-    name: str
-    event: simpy.Event
-    started_s: float | None = None  # when data started moving (comm); None while peers are missing
-
-    @property
-    def finished(self) -> bool:
-        """True when waiting on it would return at once with nothing (see :class:`SendRequest`)."""
-        return False
-
-
-class SendRequest(Request):
-    """A send; its completion event is made only when someone waits on it.
-
-    Most sends are never waited on (a parameter server's replies, a worker's pushes), and an
-    event succeeded for nobody still costs a turn of the event loop.
-    """
-
-    def __init__(self, env: simpy.Environment, sent_s: float):  # noqa: D107 (no dataclass fields but these)
-        self.kind, self.name, self.started_s = "comm", "send", sent_s
-        self._env, self._event, self._delivered = env, None, False
-
-    @property
-    def event(self) -> simpy.Event:
-        if self._event is None:
-            self._event = self._env.event()
-            if self._delivered:
-                self._event.succeed()
-        return self._event
-
-    @property
-    def finished(self) -> bool:
-        return self._delivered and self._event is None
-
-    def delivered(self) -> None:
-        self._delivered = True
-        if self._event is not None:
-            self._event.succeed()
-
-
-@dataclass(eq=False)
-class ComputeRequest(Request):
-    """A forward/backward in progress; ``at_fraction`` gives a request for a point inside it."""
-
-    duration_s: float = 0.0
-    env: simpy.Environment | None = None
-    resolve: Callable[[], tuple[Any, float | None]] | None = None
-    batch_size: int = 0
-    _result: GradResult | None = None
-
-    def partial_result(self) -> GradResult:
-        """The gradient before compute has finished — for gradient buckets that backward has
-        already produced (``at_fraction``); reading parts not yet produced would be cheating."""
-        if self._result is None:
-            grad, loss = self.resolve()
-            self._result = GradResult(grad, loss, self.batch_size, self.started_s, self.started_s + self.duration_s)
-        return self._result
-
-    def at_fraction(self, fraction: float) -> Request:
-        """A request completing when ``fraction`` (0..1) of the compute time has passed."""
-        fraction = min(max(float(fraction), 0.0), 1.0)
-        due = self.started_s + fraction * self.duration_s
-        return Request("progress", self.name, self.env.timeout(max(0.0, due - self.env.now)), self.started_s)
-
-
-@dataclass(eq=False)
-class _CollectiveOp:
-    kind: str
-    group: Group
-    algorithm: str | None
-    root: int | None
-    blocking: dict[int, bool] = field(default_factory=dict)
-    contributions: dict[int, Any] = field(default_factory=dict)
-    requests: dict[int, Request] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -124,7 +46,7 @@ class _RecvWaiter:
 GradientSource = Callable[[int, Any, Any], Callable[[], tuple[Any, float | None]]]
 
 
-class SimWorld:
+class SimWorld(CollectiveExecution):
     """Shared state of one simulation."""
 
     def __init__(self, platform: Platform, compute: ComputeModel, recorder: Recorder, *,
@@ -142,10 +64,6 @@ class SimWorld:
         self._gradient_source = gradient_source
         self._mailboxes: dict[int, list[Message]] = {r: [] for r in range(platform.size)}
         self._recv_waiters: dict[int, list[_RecvWaiter]] = {r: [] for r in range(platform.size)}
-        self._collective_seq: dict[tuple[tuple[int, ...], int], int] = {}
-        self._open_ops: dict[tuple[tuple[int, ...], int], _CollectiveOp] = {}
-        self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float]]] = {}
-        self._plans: dict[Any, Any] = {}
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(platform)
@@ -153,8 +71,8 @@ class SimWorld:
         self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
         self.crash_possible = False  # set when the run schedules node crashes (rules out cohorts)
         self.network_exclusive = False  # set when one cohort is all the traffic and links never change
-        self._alone: dict[Any, tuple] = {}  # phase -> its outcome alone on the network (_replay_alone)
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
+        self._init_collectives()
 
     def _core_sharing(self, platform: Platform) -> tuple[FlowNetwork, list[tuple[Link, Link]]] | None:
         """Processor sharing of node cores: a flow network of rank caps and per-node core pools."""
@@ -366,177 +284,6 @@ class SimWorld:
             self._recv_waiters[rank].append(_RecvWaiter(src, tag, request))
         return request
 
-    # -- collectives ---------------------------------------------------------------------
-
-    def collective(self, rank: int, kind: str, group: Group, tensor: Any, *, algorithm: str | None = None,
-                   root: int | None = None, blocking: bool = True) -> Request:
-        if rank not in group:
-            raise SimulationError(f"rank {rank} calls {kind} on group {group.ranks} it is not a member of")
-        if root is not None and root not in group:
-            raise SimulationError(f"rank {rank} calls {kind} with root {root}, which is not in group {group.ranks}")
-        key = (group.ranks, rank)
-        seq = self._collective_seq.get(key, 0)
-        self._collective_seq[key] = seq + 1
-        op = self._open_ops.setdefault((group.ranks, seq), _CollectiveOp(kind, group, algorithm, root))
-        if (op.kind, op.algorithm, op.root) != (kind, algorithm, root):
-            raise SimulationError(
-                f"collective mismatch on group {group.ranks} (call #{seq}): rank {rank} calls {kind}"
-                f"(algorithm={algorithm}, root={root}) but another member called {op.kind}"
-                f"(algorithm={op.algorithm}, root={op.root})")
-        request = Request("comm", kind, self.env.event())
-        op.contributions[rank], op.requests[rank], op.blocking[rank] = tensor, request, blocking
-        if len(op.contributions) == group.size:
-            del self._open_ops[(group.ranks, seq)]
-            self.env.process(self._run_collective(op))
-        return request
-
-    def _run_collective(self, op: _CollectiveOp):
-        start = self.env.now
-        for request in op.requests.values():
-            request.started_s = start
-        results, plan_key, make_plan = self._collective_math_and_plan(op)
-        plan = self._plans.get(plan_key)
-        if plan is None:  # schedules are pure functions of their key: build each once
-            plan = self._plans[plan_key] = make_plan()
-        if plan:
-            yield from self._execute(plan_key, plan)
-        end = self.env.now
-        for index, rank in enumerate(op.group.ranks):
-            if not op.blocking[rank]:
-                self.recorder.span(rank, "comm", op.kind, start, end, blocking=False)
-            # every member gets its own copy, as with MPI: one rank's in-place change stays its own
-            op.requests[rank].event.succeed(results if index == 0 else snapshot(results))
-
-    def _collective_math_and_plan(self, op: _CollectiveOp):
-        ranks = op.group.ranks
-        ordered = [op.contributions[r] for r in ranks]
-        nbytes = max(payload_nbytes(t) for t in ordered) if ordered else 0
-        if op.kind == "allreduce":
-            algorithm = op.algorithm or self.default_collective
-            key = ("allreduce", algorithm, ranks, nbytes)
-            return _sum(ordered), key, lambda: allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
-        if op.kind == "broadcast":
-            value = snapshot(op.contributions[op.root])
-            nbytes = payload_nbytes(value)
-            return value, ("broadcast", ranks, nbytes, op.root), lambda: broadcast_plan(ranks, nbytes, op.root)
-        if op.kind == "allgather":
-            return [snapshot(t) for t in ordered], ("allgather", ranks, nbytes), lambda: allgather_plan(ranks, nbytes)
-        if op.kind == "barrier":
-            return None, ("barrier", ranks), lambda: barrier_plan(ranks)
-        raise SimulationError(f"unknown collective {op.kind!r}")
-
-    def reduce_sum(self, tensors: list[Any]) -> Any:
-        """The elementwise sum an allreduce delivers, in group order."""
-        return _sum(tensors)
-
-    def run_allreduce(self, algorithm: str, ranks: tuple[int, ...], nbytes: int):
-        """Generator: an allreduce schedule of ``nbytes`` over ``ranks``, run on the links now."""
-        key = ("allreduce", algorithm, ranks, nbytes)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
-        if plan:
-            yield from self._execute(key, plan)
-
-    def _execute(self, key: Any, plan):
-        """Run a collective schedule with the world's fidelity (see runtime.collectives)."""
-        for index, phase in enumerate(plan):
-            if self.network_exclusive and self.network.idle:
-                yield from self._replay_alone(key, index, phase)
-            else:
-                yield from self._run_phase(self.env, self.network, (key, index), phase)
-
-    def _run_phase(self, env: simpy.Environment, network: FlowNetwork, key: Any, phase):
-        """One phase of a schedule on ``network``: every step as flows (``flows``), or the
-        phase's bytes as one flow per pair, taking at least the closed-form time (``analytic``)."""
-        route = self.platform.route
-        if self.fidelity == "flows":
-            for step in phase:
-                yield simpy.AllOf(env, [network.transfer(route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst)
-                                        for t in step])
-            return
-        closed_form_s, latency_s, pair_bytes = self._analytic_phase(key, phase)
-        start = env.now
-        flows = [network.transfer(route(src, dst), nbytes, src=src, dst=dst, latency_s=latency_s)
-                 for (src, dst), nbytes in pair_bytes.items()]
-        yield simpy.AllOf(env, flows)
-        remaining = start + closed_form_s - env.now
-        if remaining > 0:
-            yield env.timeout(remaining)
-
-    def _replay_alone(self, key: Any, index: int, phase):
-        """A phase on a network nobody else uses: its outcome was fixed the first time it ran.
-
-        When the only traffic is the phase itself (``network_exclusive``: one cohort is the
-        only process, and no link changes capacity), the phase takes the same time and moves
-        the same bytes every time it runs. It is run once on a scratch copy of the network;
-        afterwards it costs one timer, and its bytes and busy time are added to the counters
-        when it ends (timestamps agree with running the flows to ~1e-15 relative).
-        """
-        alone = self._alone.get((key, index))
-        if alone is None:
-            alone = self._alone[(key, index)] = self._measure_alone((key, index), phase)
-        duration_s, link_bytes, link_busy_s, sent, received = alone
-        if duration_s > 0:
-            yield self.env.timeout(duration_s)
-        net = self.network
-        for i, nbytes in link_bytes:
-            net.link_bytes[i] += nbytes
-        for i, busy_s in link_busy_s:
-            net.link_busy_s[i] += busy_s
-        for pair, nbytes in sent:
-            net.sent_bytes[pair] += nbytes
-        for pair, nbytes in received:
-            net.received_bytes[pair] += nbytes
-
-    def _measure_alone(self, key: Any, phase):
-        env = simpy.Environment()
-        network = type(self.network)(env, self.platform.links)
-        env.process(self._run_phase(env, network, key, phase))
-        env.run()
-        network.finalize(env.now)
-        return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
-                list(network.sent_bytes.items()), list(network.received_bytes.items()))
-
-    def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float]]:
-        """(closed-form time, latency paid before the aggregate flows, bytes per pair) of a phase.
-
-        Schedules repeat one step object many times (a ring's 2(n-1) steps): each distinct
-        step is costed once and its bytes are counted times its repetitions.
-        """
-        cached = self._analytic_cache.get(key)
-        if cached is None:
-            step_costs: dict[int, tuple[float, float]] = {}
-            repeats: dict[int, list] = {}  # id(step) -> [step, count], in order of first appearance
-            total_s = latency_s = 0.0
-            for step in phase:
-                cost = step_costs.get(id(step))
-                if cost is None:
-                    cost = step_costs[id(step)] = self._uncontended_step(step)
-                    repeats[id(step)] = [step, 0]
-                repeats[id(step)][1] += 1
-                latency_s += cost[0]
-                total_s += cost[1]
-            pair_bytes: dict[tuple[int, int], float] = {}
-            for step, count in repeats.values():
-                for t in step:
-                    pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes * count
-            cached = self._analytic_cache[key] = (total_s, latency_s, pair_bytes)
-        return cached
-
-    def _uncontended_step(self, step) -> tuple[float, float]:
-        """(smallest route latency, duration) of one step alone on an idle platform.
-
-        The duration is that of the slowest transfer, latency + bytes / max-min rate.
-        """
-        routes = [self.platform.route(t.src, t.dst) for t in step]
-        latencies = [sum(link.latency_s for link in route) for route in routes]
-        rates = max_min_rates([[link.index for link in route] for route in routes],
-                              [link.bandwidth_Bps for link in self.platform.links])
-        duration = max(lat + (t.nbytes / rate if t.nbytes > 0 else 0.0)
-                       for t, lat, rate in zip(step, latencies, rates))
-        return min(latencies), duration
-
     # -- records ---------------------------------------------------------------------
 
     def record_update_block(self, block: UpdateBlock) -> None:
@@ -557,21 +304,6 @@ class SimWorld:
                 listener(row)
         else:
             self.recorder.event(kind, time_s=self.env.now, rank=rank, **fields)
-
-
-def _nonzero(values: list[float]) -> list[tuple[int, float]]:
-    """(index, value) of the positive entries: the links a phase used."""
-    return [(i, v) for i, v in enumerate(values) if v > 0]
-
-
-def _sum(tensors: list[Any]) -> Any:
-    """Elementwise sum in group order (deterministic); phantoms stay phantoms."""
-    first = tensors[0]
-    if any(isinstance(t, PhantomTensor) for t in tensors):
-        return PhantomTensor(first.numel(), first.dtype)
-    if len(tensors) == 1:
-        return first.clone()
-    return torch.stack(tensors).sum(0)
 
 
 class SimRuntime:

@@ -1,0 +1,85 @@
+"""What a simulated rank waits on: a SimPy event, and what the time spent waiting was.
+
+:class:`~simdist.runtime.sim.SimWorld` hands these out for every runtime call; its driver
+yields their events to SimPy and reads back values (a gradient, a message, a sum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import simpy
+
+from .base import GradResult
+
+__all__ = ["Request", "SendRequest", "ComputeRequest"]
+
+
+@dataclass(eq=False)
+class Request:
+    """Something an algorithm waits on: a SimPy event plus what the time spent waiting was."""
+
+    kind: str  # "compute", "comm", "busy" or "progress"
+    name: str
+    event: simpy.Event
+    started_s: float | None = None  # when data started moving (comm); None while peers are missing
+
+    @property
+    def finished(self) -> bool:
+        """True when waiting on it would return at once with nothing (see :class:`SendRequest`)."""
+        return False
+
+
+class SendRequest(Request):
+    """A send; its completion event is made only when someone waits on it.
+
+    Most sends are never waited on (a parameter server's replies, a worker's pushes), and an
+    event succeeded for nobody still costs a turn of the event loop.
+    """
+
+    def __init__(self, env: simpy.Environment, sent_s: float):  # noqa: D107 (no dataclass fields but these)
+        self.kind, self.name, self.started_s = "comm", "send", sent_s
+        self._env, self._event, self._delivered = env, None, False
+
+    @property
+    def event(self) -> simpy.Event:
+        if self._event is None:
+            self._event = self._env.event()
+            if self._delivered:
+                self._event.succeed()
+        return self._event
+
+    @property
+    def finished(self) -> bool:
+        return self._delivered and self._event is None
+
+    def delivered(self) -> None:
+        self._delivered = True
+        if self._event is not None:
+            self._event.succeed()
+
+
+@dataclass(eq=False)
+class ComputeRequest(Request):
+    """A forward/backward in progress; ``at_fraction`` gives a request for a point inside it."""
+
+    duration_s: float = 0.0
+    env: simpy.Environment | None = None
+    resolve: Callable[[], tuple[Any, float | None]] | None = None
+    batch_size: int = 0
+    _result: GradResult | None = None
+
+    def partial_result(self) -> GradResult:
+        """The gradient before compute has finished — for gradient buckets that backward has
+        already produced (``at_fraction``); reading parts not yet produced would be cheating."""
+        if self._result is None:
+            grad, loss = self.resolve()
+            self._result = GradResult(grad, loss, self.batch_size, self.started_s, self.started_s + self.duration_s)
+        return self._result
+
+    def at_fraction(self, fraction: float) -> Request:
+        """A request completing when ``fraction`` (0..1) of the compute time has passed."""
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        due = self.started_s + fraction * self.duration_s
+        return Request("progress", self.name, self.env.timeout(max(0.0, due - self.env.now)), self.started_s)
