@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from simdist.training import gradients as gradients_module
+from simdist.training import layer_grads as layer_grads_module
 from simdist.training import (
     MODELS,
     CNNConfig,
@@ -223,6 +224,45 @@ def test_different_params_equal_one_at_a_time_bit_for_bit(name, size, k):
         expected = [evaluator.gradient(*r) for r in requests]
         _assert_bitwise(evaluator.gradients(requests), expected)
     assert (size, k, torch.get_num_threads()) in evaluator._stack_exact
+
+
+@pytest.mark.parametrize("name, size, k", [("mlp", 16, 5), ("mlp", 7, 3), ("nested", 24, 4)])
+def test_stacked_backward_is_autograds_backward_written_out(name, size, k):
+    """The stacked path's hand-written backward runs the operations autograd would, bit for bit."""
+    evaluator, base = _evaluator(name)
+    requests = _apart_requests(evaluator, base, k, size, 0)
+    stacked = torch.stack([p for p, _x, _y in requests])
+    h = torch.cat([x for _p, x, _y in requests])
+    zs = []
+    for step in evaluator._stack_plan:
+        if isinstance(step, layer_grads_module.FastLayer):
+            h = layer_grads_module.stacked_linear(step, stacked, h, k)
+            h = h if h.requires_grad else h.requires_grad_()
+            zs.append(h)
+        else:
+            h = step(h)
+    per_sample = F.nll_loss(F.log_softmax(h, dim=1), torch.cat([y for _p, _x, y in requests]), reduction="none")
+    expected = torch.autograd.grad(per_sample.sum() / size, zs)
+    grads, _losses = evaluator._stacked(requests)
+    reference = torch.empty_like(grads)
+    linears = [s for s in evaluator._stack_plan if isinstance(s, layer_grads_module.FastLayer)]
+    inputs = [h_in.detach() for h_in in _linear_inputs(evaluator, stacked, requests, k)]
+    for layer, a, delta in zip(linears, inputs, expected):
+        layer_grads_module.layer_grads(layer, a, delta, k, reference)
+    assert torch.equal(grads.view(torch.uint8), reference.view(torch.uint8))
+
+
+def _linear_inputs(evaluator, stacked, requests, k):
+    """Each Linear's input in the stacked forward."""
+    h, inputs = torch.cat([x for _p, x, _y in requests]), []
+    with torch.no_grad():
+        for step in evaluator._stack_plan:
+            if isinstance(step, layer_grads_module.FastLayer):
+                inputs.append(h)
+                h = layer_grads_module.stacked_linear(step, stacked, h, k)
+            else:
+                h = step(h)
+    return inputs
 
 
 def test_stacked_path_computes_the_gradients(monkeypatch):

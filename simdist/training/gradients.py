@@ -54,7 +54,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from ..errors import InputError
 from .layer_grads import (FastLayer, fast_layers, layer_grads, plan_signature, request_losses, stack_plan,
-                          stacked_linear)
+                          stacked_backward, stacked_linear)
 from .models import ModelInfo
 
 __all__ = ["GradientEvaluator", "PendingGradients", "GradientHandle"]
@@ -266,28 +266,29 @@ class GradientEvaluator:
         k, b = len(requests), int(requests[0][1].shape[0])
         stacked = torch.stack([params for params, _x, _y in requests])
         h = torch.cat([x for _p, x, _y in requests])
-        linears: list[tuple[FastLayer, torch.Tensor, torch.Tensor]] = []
-        for step in self._stack_plan:
-            if not isinstance(step, FastLayer):
-                h = step(h)
-                continue
+        inputs, outputs = [], []
+        with torch.no_grad():  # the backward below is written out (stacked_backward)
+            for step in self._stack_plan:
+                if isinstance(step, FastLayer) and h.dim() != 2:
+                    self._stack_plan = None
+                    return None
+                inputs.append(h)
+                h = stacked_linear(step, stacked, h, k) if isinstance(step, FastLayer) else step(h)
+                outputs.append(h)
             if h.dim() != 2:
                 self._stack_plan = None
                 return None
-            z = stacked_linear(step, stacked, h, k)
-            linears.append((step, h, z if z.requires_grad else z.requires_grad_()))
-            h = z
-        if h.dim() != 2:
-            self._stack_plan = None
-            return None
-        ys = [y for _p, _x, y in requests]
-        log_probs = F.log_softmax(h, dim=1)  # cross-entropy as F.cross_entropy computes it
-        per_sample = F.nll_loss(log_probs, torch.cat(ys), reduction="none")
-        deltas = torch.autograd.grad(per_sample.sum() / b, [z for _layer, _a, z in linears])
-        out = torch.empty(k, self.info.param_count)  # every slice is written below
-        for (layer, a, _z), delta in zip(linears, deltas):
-            layer_grads(layer, a.detach(), delta, k, out)
-        return out, request_losses(log_probs.detach(), ys)
+            ys = [y for _p, _x, y in requests]
+            target = torch.cat(ys)
+            log_probs = F.log_softmax(h, dim=1)  # cross-entropy as F.cross_entropy computes it
+            _per_sample, total_weight = torch.ops.aten.nll_loss_forward(log_probs, target, None, 0, -100)
+            deltas = stacked_backward(self._stack_plan, stacked, inputs, outputs, log_probs, target, total_weight,
+                                      k, b)
+            out = torch.empty(k, self.info.param_count)  # every slice is written below
+            linears = [(step, a) for step, a in zip(self._stack_plan, inputs) if isinstance(step, FastLayer)]
+            for (layer, a), delta in zip(linears, deltas):
+                layer_grads(layer, a, delta, k, out)
+            return out, request_losses(log_probs, ys)
 
     def _fast_batched(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
         """Per-request gradients from one forward/backward; None if a layer ran twice."""

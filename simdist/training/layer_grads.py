@@ -137,3 +137,40 @@ def conv_grads(mod: nn.Conv2d, a: torch.Tensor, delta: torch.Tensor, k: int) -> 
     weight = torch.nn.grad.conv2d_weight(a_k, weight_size, d_k, mod.stride, mod.padding, mod.dilation, k * mod.groups)
     bias = delta.reshape(k, b, mod.out_channels, -1).sum(dim=(1, 3))
     return weight.reshape(k, -1), bias
+
+
+def stacked_backward(plan: list, stacked: torch.Tensor, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
+                     log_probs: torch.Tensor, target: torch.Tensor, total_weight: torch.Tensor, k: int,
+                     b: int) -> list[torch.Tensor]:
+    """``dL/dz`` of every Linear in ``plan`` for ``L = sum(per-sample loss) / b``, written out.
+
+    The same ATen operations, on the same operands, as autograd runs for the stacked forward
+    (nll-loss and log-softmax backward, ``bmm`` against the stacked weights for a Linear's
+    input, ``threshold_backward`` for ReLU), without recording a graph: the stacked path is
+    dominated by small operations, and recording them cost as much as the products.
+    ``inputs[j]``/``outputs[j]`` are step ``j``'s input and output in the forward.
+    """
+    seed = torch.ones((), dtype=log_probs.dtype) / b  # d(sum / b)/d(sum), broadcast to every sample below
+    grad = torch.ops.aten.nll_loss_backward(seed.expand(log_probs.shape[0]), log_probs, target, None, 0, -100,
+                                            total_weight)
+    grad = torch.ops.aten._log_softmax_backward_data(grad, log_probs, 1, log_probs.dtype)
+    deltas: list[torch.Tensor] = []
+    first_linear = next(j for j, step in enumerate(plan) if isinstance(step, FastLayer))
+    for j in range(len(plan) - 1, first_linear - 1, -1):
+        step = plan[j]
+        if isinstance(step, FastLayer):
+            deltas.append(grad)
+            if j > first_linear:
+                grad = _linear_input_grad(step, stacked, grad, k)
+        elif type(step) is nn.ReLU:
+            grad = torch.ops.aten.threshold_backward(grad, outputs[j], 0)
+        elif type(step) is nn.Flatten:
+            grad = grad.reshape(inputs[j].shape)
+    return deltas[::-1]
+
+
+def _linear_input_grad(layer: FastLayer, stacked: torch.Tensor, grad: torch.Tensor, k: int) -> torch.Tensor:
+    """``dL/da`` of a stacked Linear (:func:`stacked_linear`): the batched product's first-operand gradient."""
+    mod = layer.module
+    weight = stacked[:, layer.weight].view(k, mod.out_features, mod.in_features)  # (weight_t).transpose(1, 2)
+    return grad.reshape(k, -1, mod.out_features).bmm(weight).reshape(-1, mod.in_features)
