@@ -10,13 +10,19 @@ which turns each yielded request into MPI calls and records wall-clock spans int
   (buffered ``ibsend``, so a send completes at the call like a delivery into the simulator's
   mailbox; matched probe on the receiving side); tensors travel out of band, not pickled
   (:mod:`.wire`). A message carries its send time so a receive splits into ``wait`` (sender
-  not there yet) and ``comm``;
+  not there yet) and ``comm``; the receive's ``comm`` span records ``bytes``, ``src`` and
+  ``sent_s``, and every send call is a non-blocking ``comm``/``send`` span (``bytes``,
+  ``dst``), so that a pilot run's messages can calibrate the link (:mod:`.pilot`);
 * collectives run non-blocking (``Iallreduce``, ``Ibcast``, ``Iallgather``) on a
   communicator per group made with ``Create_group`` at the group's first collective; a tiny
   ``Iallreduce(MAX)`` of arrival times beside each one tells when the last member arrived
   (``wait`` before it, ``comm`` after). Once every member has arrived the data phase is one
   blocking ``Waitall``: it cannot deadlock then, and polling it from Python between sleeps
-  would stretch every protocol round trip by a sleep;
+  would stretch every protocol round trip by a sleep. While the rank computes with a
+  non-blocking collective outstanding, a helper thread (:class:`~.progress.Progress`) tests it every
+  200 µs, so that it overlaps the compute as the algorithm means it to (MPI moves it only
+  inside MPI calls). Collective ``comm`` spans record ``bytes``, ``group_size`` (and
+  ``nonblocking``);
 * ``busy`` costs nothing extra: the work it models (a server's update) is real here.
 
 Waiting: until the awaited peer has arrived, a wait is a test loop that also watches a
@@ -29,7 +35,8 @@ int16 bits otherwise.
 
 CPU accounting (:class:`CpuClock`): every span carries ``host_cpu_s``, the rank's CPU
 seconds so far spent neither computing nor waiting — the algorithm's own tensor work
-(optimizer steps, averaging, payload handling) and the driver's — and compute spans carry
+(optimizer steps, averaging, payload handling, receiving a message that was already there)
+and the driver's — and compute spans carry
 their own ``cpu_s``. :mod:`.validate` calibrates the simulation's per-step host cost from them.
 """
 
@@ -46,6 +53,7 @@ from ..errors import SimulationError
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
 from ..training.replica import payload_nbytes
+from .progress import Progress
 from .wire import pack, unpack
 
 __all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped", "CpuClock"]
@@ -55,6 +63,7 @@ BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are to
 _SPIN_S = 0.5e-3  # a rank with a core to itself spins this long before sleeping between tests
 _SLEEP_S = 50e-6
 _CONTROL_EVERY = 16  # tests between looks at the control communicator
+_PROGRESS_S = 200e-6  # how often outstanding non-blocking collectives are tested during a compute
 
 
 class CpuClock:
@@ -86,6 +95,7 @@ class _Request:
         self.done = done
         self.blocking = True
         self.issued_s = 0.0
+        self.span_args: dict[str, Any] = {}  # what its comm span records besides the times (bytes, ...)
 
     def test(self) -> bool:
         return self.done
@@ -135,6 +145,7 @@ class _RecvRequest(_Request):
             message = self._world.poll(self._rank, self._src, self._tag)
             if message is not None:
                 self.done, self.value, self.started_s = True, message, message.sent_s
+                self.span_args = {"bytes": int(message.nbytes), "src": int(message.src), "sent_s": message.sent_s}
         return self.done
 
 
@@ -144,6 +155,10 @@ class _CollectiveRequest(_Request):
     def __init__(self, name: str, requests: list, arrival: np.ndarray, finish, keep: tuple):
         super().__init__(name)
         self._requests, self._arrival, self._finish, self._keep = requests, arrival, finish, keep
+
+    def mpi_requests(self) -> list:
+        """The MPI requests (arrival times, data) behind it."""
+        return self._requests
 
     def test(self) -> bool:
         """Done once every member has arrived and the data phase (waited for at once) is over."""
@@ -171,7 +186,8 @@ class MPIWorld:
     """Shared state of one rank's process in a real run: communicators, clock, recorder."""
 
     def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
-                 stop_steps: int | None = None, time_limit_s: float | None = None, spin: bool = True):
+                 stop_steps: int | None = None, time_limit_s: float | None = None, spin: bool = True,
+                 progress: bool = True):
         from mpi4py import MPI
         from mpi4py.util import pkl5
 
@@ -198,7 +214,13 @@ class MPIWorld:
         # receiver to post a receive (it may be inside a blocking Create_group: a deadlock with standard sends)
         self._bsend_buffer = bytearray(BSEND_BUFFER_BYTES)
         MPI.Attach_buffer(self._bsend_buffer)
+        threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        self.progress = Progress(self, _PROGRESS_S) if threaded and progress else None
         self.restart_clock()
+
+    def pending_collectives(self) -> list["_CollectiveRequest"]:
+        """Non-blocking collectives issued and not yet completed."""
+        return [r for r in self._collectives if not r.done and not r.blocking]
 
     def restart_clock(self) -> None:
         """Time 0 of the run (and of its CPU accounting) is now, on every rank (collective)."""
@@ -224,11 +246,15 @@ class MPIWorld:
 
     # -- point to point -------------------------------------------------------------------
 
-    def send(self, dst: int, payload: Any, tag: int) -> _SendRequest:
+    def send(self, dst: int, payload: Any, tag: int, record: bool = True) -> _SendRequest:
         if not 0 <= dst < self.size:
             raise SimulationError(f"rank {self.rank} sends to rank {dst}, which does not exist")
         sent = self.now()
-        request = self.comm.ibsend((pack(payload), sent, payload_nbytes(payload)), dest=dst, tag=tag)
+        nbytes = payload_nbytes(payload)
+        request = self.comm.ibsend((pack(payload), sent, nbytes), dest=dst, tag=tag)
+        # the send call (packing, the copy into the buffer) is the sender's host work, not the message's transit
+        if record:
+            self.span("comm", "send", sent, self.now(), blocking=False, bytes=nbytes, dst=dst)
         self._sends = [r for r in self._sends if not r.test()[0]]
         self._sends.append(request)
         return _SendRequest(request, sent)
@@ -277,6 +303,8 @@ class MPIWorld:
             raise SimulationError(f"unknown collective {kind!r}")
         request = _CollectiveRequest(kind, requests, latest, finish, (arrival, keep))
         request.blocking, request.issued_s = blocking, float(arrival[0])
+        request.span_args = {"bytes": int(payload_nbytes(tensor)) if isinstance(tensor, torch.Tensor) else 0,
+                             "group_size": group.size, **({} if blocking else {"nonblocking": True})}
         self._collectives.append(request)  # buffers must outlive the operation, even one abandoned at a stop
         self._collectives = [r for r in self._collectives if not r.done]
         return request
@@ -330,7 +358,11 @@ class MPIRuntime:
     def compute(self, replica: Any, batch: Any) -> ComputeRequest:
         world = self.world
         start, cpu = self.now(), time.thread_time()
-        grad, loss = world.gradient(replica, batch)
+        if world.progress is not None:
+            with world.progress.during():
+                grad, loss = world.gradient(replica, batch)
+        else:
+            grad, loss = world.gradient(replica, batch)
         cpu = time.thread_time() - cpu
         end = self.now()
         world.cpu.compute_s += cpu
@@ -393,12 +425,14 @@ class MPIDriver:
     def wait(self, request: _Request) -> Any:
         """The request's value once done; spins, then sleeps, between tests (see the module doc).
 
-        Its CPU time, receiving and the collective's data phase included, counts as waiting.
+        Its CPU time, receiving and the collective's data phase included, counts as waiting —
+        except receiving a message that was there already when asked for: the simulator has
+        delivered it by then and charges nothing more, so that copy is the rank's host work.
         """
         world = self.world
         cpu, spin_until = time.thread_time(), (world.now() + _SPIN_S if world.spin else 0.0)
+        tests = 0
         try:
-            tests = 0
             while not request.test():
                 tests += 1
                 if tests % _CONTROL_EVERY == 0:
@@ -406,7 +440,8 @@ class MPIDriver:
                 if not world.spin or world.now() > spin_until:
                     time.sleep(_SLEEP_S)
         finally:
-            world.cpu.wait_s += time.thread_time() - cpu
+            if tests or not isinstance(request, _RecvRequest):
+                world.cpu.wait_s += time.thread_time() - cpu
         return request.value
 
     def drive(self, generator: Generator) -> str:
@@ -442,7 +477,7 @@ class MPIDriver:
         started = request.started_s if request.started_s is not None else now
         moving_from = min(max(waited_from, started), now)
         world.span("wait", request.name, waited_from, moving_from)
-        world.span("comm", request.name, moving_from, now)
+        world.span("comm", request.name, moving_from, now, **request.span_args)
 
     def linger(self) -> str:
         """After this rank's own process: serve control until the run is over; the final status."""
