@@ -1,6 +1,7 @@
 """Real-vs-simulated iteration time of every algorithm at 2 and 4 ranks on this machine.
 
     python benchmarks/validation_table.py [--ranks 2,4] [--algorithms sync,asgd,...] [--no-hetero]
+                                          [--calibrate pilot|isolated] [--wait-idle S] [--retries N]
                                           [--out results/validation_table]
 
 Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
@@ -16,11 +17,16 @@ simulator by the pinning alone (validate derives the CPU shares).
 
 Prints, per point: median and p90 absolute % error of iteration time (first iteration of each
 worker left out), total-time error, the final-loss difference at the common step budget, both
-mean stalenesses, how much CPU other processes used during the real run (cores), the real
+mean stalenesses, how much CPU other processes used during the real run or its pilot (cores,
+the larger), how far the host's speed moved between the pilot and the compared run (isolated
+forward/backward timing, largest |%| of before and after the run), the real
 forward/backwards' wall / CPU time against the simulated one, and the replay diagnostic (the
 simulation given the compute cost the run itself measured; see simdist.real.validate). The
 host's load averages are printed before and after: on a host shared with other work the real
-times are not the machine's. A point that fails prints its error and the table goes on.
+times are not the machine's; ``--wait-idle`` and ``--retries`` wait for the host to be idle
+before each point and run a point again when other processes took more than 0.1 core or the
+host's speed moved more than 10 % between the pilot and the compared run. A point that fails
+prints its error and the table goes on.
 """
 
 from __future__ import annotations
@@ -56,29 +62,67 @@ def overrides(algorithm: str, ranks: int) -> list[str] | None:
 
 
 HEADER = (f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>7} {'total %':>8} {'dloss':>9} "
-          f"{'stale real/sim':>15} {'other load':>10} {'wall/cpu real/sim':>18} {'replay med/p90':>15}")
+          f"{'stale real/sim':>15} {'other load':>10} {'drift %':>7} {'wall/cpu real/sim':>18} {'replay med/p90':>15}")
 
 
 def row(label: str, ranks: int, s: dict) -> str:
     """One table line from a validate summary."""
     stale = f"{s['measured_mean_staleness'] or 0:.2f}/{s['predicted_mean_staleness'] or 0:.2f}"
     dloss = s["final_loss_difference"]
-    load = s.get("host_foreign_load_cores")
+    load, drift = other_load(s), drift_pct(s)  # the pilot's load too: it calibrates the simulation
     slow = f"{s.get('measured_compute_wall_over_cpu') or 0:.2f}/{s.get('predicted_compute_wall_over_work') or 0:.2f}"
     replay = s.get("replay")
     adj = f"{replay['median_abs_iteration_error_pct']:.1f}/{replay['p90_abs_iteration_error_pct']:.1f}" \
         if replay else "-"
     return (f"{label:10} {ranks:5d} {s['median_abs_iteration_error_pct']:9.1f} {s['p90_abs_iteration_error_pct']:7.1f} "
             f"{s['total_time_error_pct']:8.1f} {'n/a' if dloss is None else f'{dloss:9.2g}':>9} {stale:>15} "
-            f"{'?' if load is None else f'{load:.2f}':>10} {slow:>18} {adj:>15}")
+            f"{'?' if load is None else f'{load:.2f}':>10} {'-' if drift is None else f'{drift:.0f}':>7} {slow:>18} "
+            f"{adj:>15}")
 
 
-def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto") -> None:
-    try:
-        s = validate(SCENARIO, ranks, out, overrides=COMMON + sets, affinity=affinity, timeout_s=300, plots=False)
-    except Exception as exc:  # noqa: BLE001 - report and go on
-        print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
-        return
+def other_load(s: dict) -> float | None:
+    """The CPU other processes used during the real run or its pilot (cores, the larger)."""
+    pilot = ((s.get("calibration") or {}).get("pilot") or {}).get("host_foreign_load_cores")
+    loads = [v for v in (s.get("host_foreign_load_cores"), pilot) if v is not None]
+    return max(loads) if loads else None
+
+
+def drift_pct(s: dict) -> float | None:
+    """How far the host's speed moved between the pilot and the compared run (largest |%|; None: not known)."""
+    change = (s.get("calibration") or {}).get("host_speed_change_pct")
+    return max(abs(v) for v in change.values()) if change else None
+
+
+def wait_idle(limit_s: float, threshold: float = 0.1, window_s: float = 3.0) -> float | None:
+    """Wait (at most ``limit_s``) until the host's CPU use over ``window_s`` is below ``threshold`` cores."""
+    from simdist.real.describe import HostLoad
+
+    waited = 0.0
+    while True:
+        with HostLoad() as load:
+            time.sleep(window_s)
+        waited += window_s
+        if load.cores is None or load.cores < threshold or waited >= limit_s:
+            return load.cores
+
+
+def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
+          idle_s: float = 0.0, retries: int = 0) -> None:
+    """One table row; with ``idle_s``, after waiting for an idle host, and again while other load spoilt it."""
+    for attempt in range(retries + 1):
+        if idle_s:
+            wait_idle(idle_s)
+        try:
+            s = validate(SCENARIO, ranks, out, overrides=COMMON + sets, affinity=affinity, calibrate=calibrate,
+                         timeout_s=300, plots=False)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
+            return
+        load, drift = other_load(s), drift_pct(s)
+        if (load is None or load <= 0.1) and (drift is None or drift <= 10.0) or attempt == retries:
+            break
+        print(f"# {label} {ranks}: other processes used {load or 0:.2f} cores, host speed moved {drift or 0:.0f} %; "
+              "again", flush=True)
     print(row(label, ranks, s), flush=True)
 
 
@@ -92,10 +136,18 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="2,4")
     parser.add_argument("--algorithms", default="sync,asgd,nsoftsync,dbs,daso,dcs3gd,nnt")
     parser.add_argument("--no-hetero", action="store_true", help="leave out the heterogeneous asgd/dbs rows")
+    parser.add_argument("--calibrate", default="pilot", choices=("pilot", "isolated"),
+                        help="where the simulation's figures come from (simdist validate --calibrate)")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
+                        help="before each point wait (at most S seconds) until other processes use < 0.1 core")
+    parser.add_argument("--retries", type=int, default=0,
+                        help="run a point again (at most this many times) when other processes used > 0.1 core "
+                             "or the host's speed moved > 10 %% between pilot and run")
     parser.add_argument("--out", default="results/validation_table")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     print(load_line("before"))
+    print(f"# calibration: {args.calibrate}")
     print(HEADER, flush=True)
     for algorithm in args.algorithms.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
@@ -105,12 +157,13 @@ def main(argv=None) -> int:
             if sets is None:
                 print(f"{algorithm:10} {ranks:5d}  (not applicable)")
                 continue
-            point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}")
+            point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}", calibrate=args.calibrate,
+                  idle_s=args.wait_idle, retries=args.retries)
     if not args.no_hetero:
         for algorithm, affinity in HETERO.items():
             if algorithm in args.algorithms.split(","):
                 point(f"{algorithm}-het", 4, overrides(algorithm, 4), Path(args.out) / f"{algorithm}-het",
-                      affinity=affinity)
+                      affinity=affinity, calibrate=args.calibrate, idle_s=args.wait_idle, retries=args.retries)
     print(load_line("after"))
     print(f"# {time.perf_counter() - started:.0f} s")
     return 0

@@ -35,9 +35,12 @@ def test_affinity_parsing_and_errors():
 
 def test_auto_placement():
     assert plan("auto", 2, cores=[0, 1]).overrides() == ["platform.node.cores=2"]  # a core each: not pinned
-    single = plan("auto", 4, workers=[0, 1, 2], cores=[0, 1])  # 3 workers + a server: round robin
-    assert single.affinity == "0;1;0;1"
-    assert single.overrides() == ["platform.node.cores=2", "platform.device_overrides=[{ranks: [0, 2], cpus: 0.5}]"]
+    single = plan("auto", 4, workers=[0, 1, 2], cores=[0, 1])  # 3 workers + a server: consecutive pairs
+    assert single.affinity == "0;0;1;1" and single.core_nodes == 2
+    assert single.overrides() == ["platform.nodes=2", "platform.node.devices=2", "platform.node.cores=1"]
+    ring = plan("auto", 3, cores=[0, 1])  # 3 ranks on 2 cores: round robin, fixed shares
+    assert ring.affinity == "0;1;0" and ring.core_nodes is None
+    assert ring.overrides() == ["platform.node.cores=2", "platform.device_overrides=[{ranks: [0, 2], cpus: 0.5}]"]
     nodes = plan("auto", 4, nodes=2, cores=[0, 1])  # daso 2 x 2: node n pinned to core n
     assert nodes.affinity == "0;0;1;1" and nodes.overrides() == ["platform.node.cores=1"]
     spread = plan("auto", 2, nodes=2, cores=[0, 1])  # one rank per node: nothing to share, not pinned
@@ -51,6 +54,9 @@ def test_explicit_placement_gives_cpu_shares_of_workers():
                                      "platform.device_overrides=[{ranks: [1, 2], cpus: 0.5}]"]
     with pytest.raises(InputError, match="equal or disjoint"):
         plan("0;0,1", 2, cores=[0, 1])
+    blocks = plan("1;1;0;0", 4, cores=[0, 1])  # consecutive blocks on their own cores: a simulated node each
+    assert blocks.core_nodes == 2 and blocks.cpus == {}
+    assert plan("0;0;0;1", 4, cores=[0, 1]).core_nodes is None  # unequal blocks: fixed shares
 
 
 def test_only_ranks_with_a_core_of_their_own_spin():

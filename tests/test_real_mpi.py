@@ -1,7 +1,8 @@
 """Real MPI runs against their simulation (2 ranks, a few seconds each).
 
 These fail on a crash, a hang or a broken result directory, never on the size of the timing
-error (a benchmark figure: benchmarks/validation_table.py). For sync the real and the simulated
+error (a benchmark figure: benchmarks/validation_table.py). sync is calibrated ``isolated``,
+asgd from a short pilot run, so both calibrations run end to end. For sync the real and the simulated
 run must give the same loss at every step (same data, same math) to float tolerance.
 """
 
@@ -38,8 +39,10 @@ def _check(out: Path, summary: dict) -> pd.DataFrame:
 
 
 def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
-    summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, timeout_s=120, plots=False)
+    summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, calibrate="isolated", timeout_s=120, plots=False)
     table = _check(tmp_path, summary)
+    assert summary["calibration"]["source"] == "isolated" and not (tmp_path / "pilot").exists()
+    assert "host_cpu_per_step_s" in summary["calibration"]["from_compared_run"]  # labelled as such
     assert summary["step_budget"] == 15
     same = table[table["measured_step"] == table["predicted_step"]]
     assert len(same) == len(table)
@@ -49,7 +52,11 @@ def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
 
 def test_asgd_two_ranks_real_vs_simulated(tmp_path):
     summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON + ["workers=1", "algorithm={name: asgd}"],
-                       timeout_s=120, plots=False)
+                       calibrate="pilot", pilot_iterations=6, timeout_s=120, plots=False)
     _check(tmp_path, summary)
     assert summary["algorithm"] == "asgd"
+    calibration = summary["calibration"]
+    assert calibration["source"] == "pilot" and "from_compared_run" not in calibration
+    assert calibration["pilot"]["steps"] == 6 and len(load_result_dir(tmp_path / "pilot").steps) > 0
+    assert calibration["link"]["from"] == "pilot messages" and calibration["server_cpu_per_message_s"] > 0
     assert summary["measured_mean_staleness"] is not None and summary["predicted_mean_staleness"] is not None

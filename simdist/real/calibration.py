@@ -119,19 +119,21 @@ def fit_compute(measurements: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "samples": [int(len(pooled[s])) for s in sizes], "workers": len(measurements)}
 
 
-def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any]) -> dict[str, Any]:
-    """``t0 + t1 · batch`` fitted to the CPU time of the run's own forward/backwards (for a replay).
+def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first: int = 0) -> dict[str, Any]:
+    """``t0 + t1 · batch`` fitted to the CPU time of a run's own forward/backwards (for a replay).
 
     Per batch size the median; with fewer than two sizes seen at least three times each, the
-    slope of ``fallback`` (the fit before the run) is kept and ``t0`` matches the median.
+    slope of ``fallback`` (an isolated fit) is kept and ``t0`` matches the median. The first
+    ``skip_first`` forward/backwards of every rank are left out (warm-up).
     """
     from ..calibrate.compute_profile import fit_linear
 
     data = json.loads((Path(result_dir) / "trace.json").read_text(encoding="utf-8"))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    rows = [(e["args"]["batch_size"], e["args"]["cpu_s"]) for e in events
+    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"]) for e in events
             if e.get("ph") == "X" and e.get("cat") == "compute" and (e.get("args") or {}).get("cpu_s")]
-    frame = pd.DataFrame(rows, columns=["batch", "cpu_s"])
+    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s"]).sort_values(["rank", "ts"], kind="stable")
+    frame = frame[frame.groupby("rank").cumcount() >= skip_first]
     counts = frame.groupby("batch")["cpu_s"].agg(["median", "size"])
     counts = counts[counts["size"] >= 3]
     if len(counts) >= 2:
@@ -155,13 +157,13 @@ def _trace_spans(result_dir: Path) -> pd.DataFrame:
     return spans.sort_values(["rank", "end_s"], kind="stable")
 
 
-def host_cpu_per_step(result_dir: str | Path, workers: Sequence[int]) -> dict[str, Any]:
-    """Median host CPU seconds per worker iteration (between forward/backwards; the first left out)."""
+def host_cpu_per_step(result_dir: str | Path, workers: Sequence[int], skip_first: int = 1) -> dict[str, Any]:
+    """Median host CPU seconds per worker iteration (between forward/backwards; the first ``skip_first`` left out)."""
     spans = _trace_spans(Path(result_dir))
     per_worker = {}
     for rank in workers:
         computes = spans[(spans["rank"] == rank) & (spans["kind"] == "compute")]
-        steps = np.diff(computes["host_cpu_s"].to_numpy(dtype=float))[1:]
+        steps = np.diff(computes["host_cpu_s"].to_numpy(dtype=float))[skip_first:]
         if len(steps):
             per_worker[int(rank)] = float(np.median(steps))
     value = float(np.median(list(per_worker.values()))) if per_worker else 0.0
@@ -211,7 +213,7 @@ def _messages(world: Any, driver: Any, pair: tuple[int, int], payload: Any) -> l
         sender, receiver = (pair if i % 2 == 0 else pair[::-1])
         if rank == sender:
             _busy(_LATE_S)
-            world.send(receiver, payload, _TAG_PING)
+            world.send(receiver, payload, _TAG_PING, record=False)  # not part of the run's trace
         else:
             message = driver.wait(_RecvRequest(world, rank, sender, _TAG_PING))
             if i >= 2 * _WARMUP:

@@ -2,9 +2,11 @@
 
     simdist validate SCENARIO --ranks N [--out DIR] [--set KEY=VALUE]... [--threads T]
                      [--affinity auto|none|'0;1;1;0'] [--network-overlay FILE] [--profile FILE]
-                     [--cores C] [--timeout-s S] [--no-plots]
+                     [--cores C] [--calibrate pilot|isolated] [--pilot-iterations K]
+                     [--timeout-s S] [--no-plots]
 
-Writes ``DIR/real`` and ``DIR/sim`` (result directories), ``DIR/validation.csv``,
+Writes ``DIR/pilot`` (the calibrating run, with ``--calibrate pilot``), ``DIR/real`` and
+``DIR/sim`` (result directories), ``DIR/validation.csv``,
 ``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the summary.
 :func:`add_validate_parser` adds the command and sets ``func`` to the handler.
 """
@@ -36,6 +38,12 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                         help="compute profile for the simulation (default: calibrated from the real run's workers)")
     parser.add_argument("--cores", type=float, default=None,
                         help="cores per node the simulation shares among the ranks (default: from the placement)")
+    parser.add_argument("--calibrate", default="pilot", choices=("pilot", "isolated"),
+                        help="pilot (default): a short real run of the same scenario and placement calibrates the "
+                             "simulation; isolated: forward/backward and network timed around the compared run, host "
+                             "work read from its trace (quicker)")
+    parser.add_argument("--pilot-iterations", type=int, default=None,
+                        help="iterations per worker of the pilot run (default 12; the first 2 are warm-up)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit of the real run")
     parser.add_argument("--no-plots", action="store_true", help="no figures")
     parser.set_defaults(func=_cmd_validate)
@@ -53,7 +61,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     out = args.out or f"results/validate-{Path(args.scenario).stem}"
     summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
                        affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,
-                       cores=args.cores, timeout_s=args.timeout_s,
+                       cores=args.cores, calibrate=args.calibrate, pilot_iterations=args.pilot_iterations,
+                       timeout_s=args.timeout_s,
                        plots=not args.no_plots)
     print(json.dumps(summary, indent=2))
     return 0

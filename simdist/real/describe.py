@@ -1,18 +1,20 @@
 """Describing a real run to the simulator: the scenario overrides that make it the same machine.
 
-After a real run with calibration (:mod:`.calibration`), :func:`describe_run` returns what the
-simulation of that run needs besides the scenario itself:
+After a real run with calibration, :func:`describe_run` returns what the simulation of that
+run needs besides the scenario itself, from a pilot run (:mod:`.pilot`) when there was one,
+else from the timings around the compared run (:mod:`.calibration`) and its trace:
 
-* a compute profile (``compute.profiles``): forward/backward fitted from the CPU time the
-  workers measured before and after the run, plus the host CPU per step read from the run's
-  trace (``t0``);
+* a compute profile (``compute.profiles``): forward/backward (the pilot's own steps, or the
+  isolated timing before and after the run), plus the host CPU per step (``t0``);
 * the busy-time options of the algorithm: a parameter server's ``apply_time_per_param`` from
   its host CPU per message; ``update_time_per_param = 0`` where an algorithm has one (nnt,
   dcs3gd): their updates are real host work already in the host CPU per step;
-* the intra-node link as the runtime's own messages (runs that send any) or allreduces
-  fitted it; between the simulated "nodes" of one host (daso) the NIC link is the same
-  memory, one NIC per rank. Without network figures, the MPI ping-pong fit of
-  ``calibration/platforms/host-shm.yaml`` (or ``--network-overlay``) is used.
+* the intra-node link: the pilot's own messages or allreduces, or the runtime's calibration
+  pattern; between simulated "nodes" of one host (daso; core sets described as nodes) the
+  NIC link is the same memory, one NIC per rank. Without network figures, the MPI ping-pong
+  fit of ``calibration/platforms/host-shm.yaml`` (or ``--network-overlay``) is used;
+* with a pilot, :func:`speed_change`: how far the host's speed moved between the pilot and the
+  compared run (a check for the reader, not given to the simulation).
 
 Every figure goes into the returned ``figures`` mapping, written to ``validation.json``.
 :class:`HostLoad` measures how much CPU other processes took while the real run ran.
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-__all__ = ["HostLoad", "describe_run", "link_overrides", "real_slowdown", "sim_slowdown"]
+__all__ = ["HostLoad", "describe_run", "link_overrides", "real_slowdown", "sim_slowdown", "speed_change"]
 
 
 class HostLoad:
@@ -87,38 +89,90 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
     return items
 
 
-def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int,
-                 overlay: Path | None) -> tuple[Path, list[str], dict[str, Any]]:
-    """(profile file, overrides, figures) of the simulation of the calibrated real run in ``real_dir``."""
-    from .calibration import fit_compute, host_cpu_per_step, write_profile
+def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
+                 pilot_dir: Path | None = None, nodes: tuple[int, int] | None = None
+                 ) -> tuple[Path, list[str], dict[str, Any]]:
+    """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
 
-    measured = json.loads((real_dir / "calibration.json").read_text(encoding="utf-8"))
-    fit = fit_compute(measured["workers"])
-    host = host_cpu_per_step(real_dir, setup.workers)
+    ``nodes``: the simulated (nodes, devices per node) when they differ from the scenario's
+    (core sets described as nodes, :mod:`.placement`).
+
+    With ``pilot_dir`` every figure comes from the pilot run (:mod:`.pilot`); without, from the
+    isolated timing around the compared run, and the host work per step and per server message
+    from the compared run's own trace (named in ``figures["from_compared_run"]``).
+    """
+    from .calibration import fit_compute, host_cpu_per_step, write_profile
+    from .pilot import PILOT_WARMUP, pilot_compute, pilot_link
+
+    source = pilot_dir or real_dir
+    measured = json.loads((source / "calibration.json").read_text(encoding="utf-8"))
+    isolated = fit_compute(measured["workers"])
+    workers = list(setup.workers)
+    if pilot_dir is not None:
+        fit = pilot_compute(pilot_dir, workers, isolated)
+        host = host_cpu_per_step(pilot_dir, workers, skip_first=PILOT_WARMUP)
+        link = pilot_link(pilot_dir, workers, measured.get("network")) or _runtime_link(measured.get("network") or {},
+                                                                                     pilot_dir)
+    else:
+        fit, host = isolated, host_cpu_per_step(real_dir, workers)
+        link = _runtime_link(measured.get("network") or {}, real_dir)
+    how = ("forward/backward of the pilot run's own steps + host CPU per step from its trace" if pilot_dir else
+           "forward/backward timed on the real run's workers before and after it + host CPU per step from its trace")
     profile = write_profile(out / "calibration" / "host-cpu.yaml", setup.workload, fit, host["host_cpu_s"], threads,
-                            "simdist validate (forward/backward timed on the real run's workers before and after "
-                            "it + host CPU per step from its trace)")
-    figures = {"forward_backward": {k: fit[k] for k in ("t0_s", "t1_s", "r2", "batch_sizes", "median_cpu_s",
-                                                         "median_wall_s", "relative_iqr")},
+                            f"simdist validate ({how})")
+    figures = {"source": "pilot" if pilot_dir else "isolated",
+               "forward_backward": {k: fit[k] for k in ("t0_s", "t1_s", "r2", "batch_sizes", "median_cpu_s",
+                                                         "median_wall_s", "relative_iqr") if k in fit},
+               "isolated_forward_backward": {k: isolated[k] for k in ("t0_s", "t1_s", "batch_sizes", "median_cpu_s")},
                "host_cpu_per_step_s": host["host_cpu_s"], "host_cpu_per_step_by_worker_s": host["per_worker"],
                "profile_t0_s": fit["t0_s"] + host["host_cpu_s"], "threads": threads,
                "network": measured.get("network")}
-    overrides = _busy_overrides(scenario_obj, setup, real_dir, figures)
-    link = _runtime_link(measured.get("network") or {}, real_dir)
+    if pilot_dir is None:
+        figures["from_compared_run"] = ["host_cpu_per_step_s", "server_cpu_per_message_s"]
+    else:
+        compared = json.loads((real_dir / "calibration.json").read_text(encoding="utf-8"))
+        figures["host_speed_change_pct"] = speed_change(measured["workers"], compared["workers"],
+                                                        scenario_obj.workload.batch_size)
+    overrides = _busy_overrides(scenario_obj, setup, source, figures, pilot=pilot_dir is not None)
     figures["link"] = link or (str(overlay) if overlay else None)
     spec = scenario_obj.platform
-    return profile, overrides + link_overrides(link, overlay, spec.nodes, spec.node.devices), figures
+    n_nodes, devices = nodes or (spec.nodes, spec.node.devices)
+    return profile, overrides + link_overrides(link, overlay, n_nodes, devices), figures
 
 
-def _busy_overrides(scenario_obj: Any, setup: Any, real_dir: Path, figures: dict[str, Any]) -> list[str]:
-    """Busy-time options of the algorithm, from the real servers' CPU (updates done elsewhere: 0)."""
+def speed_change(pilot: list[dict[str, Any]], compared: list[dict[str, Any]], batch: int) -> dict[str, float] | None:
+    """% change of the isolated forward/backward at ``batch`` from the pilot to before and after the compared run.
+
+    A check, not a figure the simulation gets: the host's per-core speed drifts (other
+    virtual machines), invisibly to ``/proc/stat``; when it moved between the pilot and the
+    compared run, the pilot's figures are not the compared run's machine.
+    """
+    def median(parts: list[dict[str, Any]], key: str) -> float | None:
+        values = [v for part in parts for v in (part.get(key) or {}).get(str(batch), [])]
+        return float(np.median(values)) if values else None
+
+    base = median(pilot, "cpu_s")
+    before, after = median(compared, "cpu_s"), median(compared, "cpu_after_s")
+    if not base or before is None:
+        return None
+    change = {"before": 100.0 * (before / base - 1.0)}
+    if after is not None:
+        change["after"] = 100.0 * (after / base - 1.0)
+    return change
+
+
+def _busy_overrides(scenario_obj: Any, setup: Any, run_dir: Path, figures: dict[str, Any], pilot: bool) -> list[str]:
+    """Busy-time options of the algorithm, from the servers' CPU in ``run_dir`` (updates done elsewhere: 0)."""
     from .calibration import server_cpu_per_message
+    from .pilot import server_cpu_per_push
 
     config, overrides = scenario_obj.algorithm_config(), []
     if hasattr(config, "apply_time_per_param"):
         servers = config.resolved_server_ranks(len(setup.workers))
-        pushes = int((pd.read_csv(real_dir / "steps.csv")["batch_size"] > 0).sum())
-        per_message = [v for v in (server_cpu_per_message(real_dir, rank, pushes) for rank in servers) if v is not None]
+        pushes = int((pd.read_csv(run_dir / "steps.csv")["batch_size"] > 0).sum())
+        per_message = [v for v in ((server_cpu_per_push(run_dir, rank, list(setup.workers)) if pilot else
+                                    server_cpu_per_message(run_dir, rank, pushes)) for rank in servers)
+                       if v is not None]
         if per_message:
             shard = setup.workload.param_count / len(servers)
             overrides.append(f"algorithm.apply_time_per_param={max(per_message) / shard:.6g}")

@@ -71,10 +71,15 @@ class Placement:
     sets: tuple[frozenset[int], ...] | None
     cores_per_node: float
     cpus: dict[int, float]  # rank -> CPU share, where it differs from 1
+    core_nodes: int | None = None  # simulated nodes, one per core set, when the sets are described so
 
     def overrides(self) -> list[str]:
-        """``--set`` items for the simulation: the node's cores and the ranks' shares."""
-        items = [f"platform.node.cores={self.cores_per_node:g}"]
+        """``--set`` items for the simulation: nodes per core set (if so described), their cores, the shares."""
+        items = []
+        if self.core_nodes:
+            ranks = len(self.sets or ())
+            items += [f"platform.nodes={self.core_nodes}", f"platform.node.devices={ranks // self.core_nodes}"]
+        items.append(f"platform.node.cores={self.cores_per_node:g}")
         if self.cpus:
             groups: dict[float, list[int]] = {}
             for rank, share in sorted(self.cpus.items()):
@@ -108,7 +113,12 @@ def _spec(sets: Sequence[frozenset[int]]) -> str:
 def _auto(ranks: int, nodes: int, cores: list[int]) -> list[frozenset[int]] | None:
     per, per_node_ranks = len(cores) // nodes, ranks // nodes
     if nodes == 1:
-        return [frozenset([cores[r % len(cores)]]) for r in range(ranks)] if ranks > len(cores) else None
+        if ranks <= len(cores):
+            return None
+        if ranks % len(cores) == 0:  # equal blocks of consecutive ranks: one simulated node per core
+            block = ranks // len(cores)
+            return [frozenset([cores[r // block]]) for r in range(ranks)]
+        return [frozenset([cores[r % len(cores)]]) for r in range(ranks)]
     if len(cores) % nodes or per_node_ranks <= per:
         return None
     return [frozenset(cores[(r // per_node_ranks) * per:(r // per_node_ranks + 1) * per]) for r in range(ranks)]
@@ -149,5 +159,27 @@ def plan(request: str | None, ranks: int, *, nodes: int = 1, workers: Sequence[i
     node_size = ranks // nodes
     per_node = max(len(set().union(*sets[n * node_size:(n + 1) * node_size])) for n in range(nodes))
     shares = _shares(sets, workers, threads) if nodes == 1 else {}
+    blocks = _blocks(sets) if nodes == 1 and shares else None
+    if blocks:
+        return Placement(_spec(sets), tuple(sets), float(len(sets[0])), {}, blocks)
     cores_per_node = float(per_node if nodes > 1 else len(used))
     return Placement(_spec(sets), tuple(sets), cores_per_node, shares)
+
+
+def _blocks(sets: Sequence[frozenset[int]]) -> int | None:
+    """How many equal blocks of consecutive ranks on equal, disjoint core sets the ranks form (None: not so).
+
+    Such a placement is described as one simulated node per block with the block's cores
+    (``platform.nodes``, ``platform.node.cores``): the simulator then shares each core set
+    among its ranks from moment to moment — a rank whose core-mate waits has the core alone,
+    as for real — instead of a fixed share per rank. Messages between simulated nodes cost what
+    they cost within one (:func:`~.describe.link_overrides` gives the NICs the same link).
+    """
+    distinct = list(dict.fromkeys(sets))
+    n = len(distinct)
+    if n < 2 or len(sets) % n or len({len(s) for s in distinct}) != 1:
+        return None
+    size = len(sets) // n
+    if any(sets[r] != distinct[r // size] for r in range(len(sets))):
+        return None
+    return n

@@ -3,11 +3,11 @@
 :func:`validate` runs the scenario for real under mpiexec (:mod:`.launch`), with the ranks
 placed on the host's cores (:mod:`.placement`), then simulates it with the same seed and data
 order on ``laptop-cpu`` described as the real run was: the same cores shared the same way,
-the shared-memory network fit (``calibration/platforms/host-shm.yaml``), and a compute
-profile calibrated from the real run itself (:mod:`.calibration`: forward/backward timed on
-the workers before the run's clock started, plus the host work per step and per server
-message read from the run's CPU accounting). Then it compares the two result directories
-iteration by iteration:
+and a compute profile, host work, server work and link calibrated either from a short *pilot*
+run of the same scenario and placement launched first (``calibrate="pilot"``, the default:
+:mod:`.pilot`; the compared run lends the simulation nothing) or from timings around the
+compared run plus its own CPU accounting (``calibrate="isolated"``: :mod:`.calibration`).
+Then it compares the two result directories iteration by iteration:
 
 * an *iteration* of a worker is one turn of its loop: from the start of one of its
   forward/backwards to the start of the next (the last one, cut by the stop, is left out);
@@ -41,14 +41,16 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .pilot import PILOT_WARMUP
 
 __all__ = ["iteration_table", "compare", "summarize", "validate", "plot_timelines", "DEFAULT_OVERLAY",
-           "CALIBRATION_REPEATS"]
+           "CALIBRATION_REPEATS", "CALIBRATIONS"]
 
 _REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OVERLAY = _REPO / "calibration" / "platforms" / "host-shm.yaml"
 _COLUMNS = ("iteration_s", "compute_s", "comm_s", "wait_s")
 CALIBRATION_REPEATS = 12  # timed forward/backwards per batch size and worker before the real run
+CALIBRATIONS = ("pilot", "isolated")  # where the simulation's figures come from (see validate)
 
 
 def _spans(result_dir: Path) -> pd.DataFrame:
@@ -240,38 +242,71 @@ def _checked(scenario: str | Path, overrides: list[str], profile: str | Path | N
     return scenario_obj, overlay
 
 
+def _run_pilot(scenario: str | Path, scenario_obj: Any, ranks: int, out: Path, overrides: list[str],
+               threads: int | None, affinity: str | None, iterations: int | None, timeout_s: float) -> dict[str, Any]:
+    """The pilot run (:mod:`.pilot`): the same scenario and placement, a few iterations per worker."""
+    from .describe import HostLoad
+    from .launch import run_real
+    from .pilot import PILOT_ITERATIONS, PILOT_REPEATS, pilot_steps
+
+    steps = pilot_steps(scenario_obj, iterations or PILOT_ITERATIONS)
+    with HostLoad() as load:
+        run_real(scenario, ranks, out, overrides=[*overrides, f"stop.steps={steps}"], threads=threads,
+                 affinity=affinity, timeout_s=timeout_s, plots=False, calibrate=PILOT_REPEATS)
+    return {"steps": steps, "dir": str(out), "host_foreign_load_cores": load.cores}
+
+
 def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
              threads: int | None = None, affinity: str | None = "auto", overlay: str | Path | None = None,
-             profile: str | Path | None = None, cores: float | None = None,
-             timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
+             profile: str | Path | None = None, cores: float | None = None, calibrate: str = "pilot",
+             pilot_iterations: int | None = None, timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
     """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
 
     ``affinity``: ``auto``, ``none`` or cores per rank (:func:`~.placement.plan`); the
-    simulation is told the same sharing. ``profile``: a compute profile to simulate with
-    instead of calibrating one from the real run; ``overlay``: the network fit used when the
-    run is not calibrated (default host-shm.yaml); ``cores``: the cores per node the
-    simulation shares among ranks, instead of what the placement gives.
+    simulation is told the same sharing. ``calibrate``: ``pilot`` (default: a short real run
+    of the same scenario and placement, launched first, calibrates the simulation; see
+    :mod:`.pilot`) or ``isolated`` (forward/backward and network timed around the compared
+    run, host work read from its trace: quicker, and labelled so in the summary);
+    ``pilot_iterations``: per worker (default :data:`~.pilot.PILOT_ITERATIONS`).
+    ``profile``: a compute profile to simulate with instead of calibrating one; ``overlay``:
+    the network fit used when the run is not calibrated (default host-shm.yaml); ``cores``:
+    the cores per node the simulation shares among ranks, instead of what the placement gives.
     """
     from ..simulate import Simulation
     from .describe import HostLoad, describe_run, link_overrides, real_slowdown, sim_slowdown
     from .launch import run_real
     from .placement import plan
 
+    if calibrate not in CALIBRATIONS:
+        raise InputError(f"unknown calibration {calibrate!r}; known: {', '.join(CALIBRATIONS)}", source="--calibrate")
+    if pilot_iterations is not None and pilot_iterations < PILOT_WARMUP + 2:
+        raise InputError(f"must be at least {PILOT_WARMUP + 2} (the first {PILOT_WARMUP} are warm-up)",
+                         source="--pilot-iterations")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = [f"platform.node.devices={ranks}", *overrides, *([f"compute.threads={threads}"] if threads else [])]
     scenario_obj, overlay = _checked(scenario, overrides, profile, overlay)
     spec, n_threads = scenario_obj.platform, threads or scenario_obj.compute.threads
     placement = plan(affinity, ranks, nodes=spec.nodes, workers=range(scenario_obj.worker_count), threads=n_threads)
+    sim_nodes = (placement.core_nodes, ranks // placement.core_nodes) if placement.core_nodes else None
+    pilot = None
+    if profile is None and calibrate == "pilot":
+        pilot = _run_pilot(scenario, scenario_obj, ranks, out / "pilot", overrides, threads, placement.affinity,
+                           pilot_iterations, timeout_s)
+    pilot_dir = Path(pilot["dir"]) if pilot else None
     with HostLoad() as load:
         real_dir = run_real(scenario, ranks, out / "real", overrides=overrides, threads=threads,
                             affinity=placement.affinity, timeout_s=timeout_s, plots=plots,
                             calibrate=0 if profile else CALIBRATION_REPEATS)
     setup = Simulation(scenario_obj, None)
     if profile is None:
-        profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay)
+        profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay, pilot_dir,
+                                               sim_nodes)
+        if pilot is not None:
+            figures["pilot"] = pilot
     else:
-        extra, figures = link_overrides(None, overlay, spec.nodes, spec.node.devices), {"profile": str(profile)}
+        extra, figures = link_overrides(None, overlay, *(sim_nodes or (spec.nodes, spec.node.devices))), \
+            {"profile": str(profile)}
     sim_overrides = [*overrides, f"compute.profiles=[{Path(profile).resolve()}]", *placement.overrides(), *extra,
                      *([f"platform.node.cores={cores:g}"] if cores else [])]
     sim_dir = _simulate(scenario, sim_overrides, out / "sim", plots)
