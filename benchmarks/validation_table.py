@@ -1,7 +1,7 @@
 """Real-vs-simulated iteration time of every algorithm at 2 and 4 ranks on this machine.
 
     python benchmarks/validation_table.py [--ranks 2,4] [--algorithms sync,asgd,...] [--no-hetero]
-                                          [--calibrate pilot|isolated] [--wait-idle S] [--retries N]
+                                          [--calibrate pilot|isolated] [--pilot-runs 1|2] [--wait-idle S] [--retries N]
                                           [--out results/validation_table]
 
 Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
@@ -81,9 +81,10 @@ def row(label: str, ranks: int, s: dict) -> str:
 
 
 def other_load(s: dict) -> float | None:
-    """The CPU other processes used during the real run or its pilot (cores, the larger)."""
-    pilot = ((s.get("calibration") or {}).get("pilot") or {}).get("host_foreign_load_cores")
-    loads = [v for v in (s.get("host_foreign_load_cores"), pilot) if v is not None]
+    """The CPU other processes used during the real run or its pilots (cores, the largest)."""
+    calibration = s.get("calibration") or {}
+    pilots = [(calibration.get(name) or {}).get("host_foreign_load_cores") for name in ("pilot", "pilot_after")]
+    loads = [v for v in (s.get("host_foreign_load_cores"), *pilots) if v is not None]
     return max(loads) if loads else None
 
 
@@ -107,14 +108,14 @@ def wait_idle(limit_s: float, threshold: float = 0.1, window_s: float = 3.0) -> 
 
 
 def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
-          idle_s: float = 0.0, retries: int = 0) -> None:
+          idle_s: float = 0.0, retries: int = 0, pilot_runs: int = 2) -> None:
     """One table row; with ``idle_s``, after waiting for an idle host, and again while other load spoilt it."""
     for attempt in range(retries + 1):
         if idle_s:
             wait_idle(idle_s)
         try:
             s = validate(SCENARIO, ranks, out, overrides=COMMON + sets, affinity=affinity, calibrate=calibrate,
-                         timeout_s=300, plots=False)
+                         pilot_runs=pilot_runs, timeout_s=300, plots=False)
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
             return
@@ -138,6 +139,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-hetero", action="store_true", help="leave out the heterogeneous asgd/dbs rows")
     parser.add_argument("--calibrate", default="pilot", choices=("pilot", "isolated"),
                         help="where the simulation's figures come from (simdist validate --calibrate)")
+    parser.add_argument("--pilot-runs", type=int, default=2, choices=(1, 2),
+                        help="pilots before (1) or before and after (2) the compared run (simdist validate --pilot-runs)")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
                         help="before each point wait (at most S seconds) until other processes use < 0.1 core")
     parser.add_argument("--retries", type=int, default=0,
@@ -147,7 +150,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     print(load_line("before"))
-    print(f"# calibration: {args.calibrate}")
+    print(f"# calibration: {args.calibrate}" + (f", {args.pilot_runs} pilot run(s)" if args.calibrate == "pilot" else ""))
     print(HEADER, flush=True)
     for algorithm in args.algorithms.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
@@ -158,12 +161,13 @@ def main(argv=None) -> int:
                 print(f"{algorithm:10} {ranks:5d}  (not applicable)")
                 continue
             point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}", calibrate=args.calibrate,
-                  idle_s=args.wait_idle, retries=args.retries)
+                  idle_s=args.wait_idle, retries=args.retries, pilot_runs=args.pilot_runs)
     if not args.no_hetero:
         for algorithm, affinity in HETERO.items():
             if algorithm in args.algorithms.split(","):
                 point(f"{algorithm}-het", 4, overrides(algorithm, 4), Path(args.out) / f"{algorithm}-het",
-                      affinity=affinity, calibrate=args.calibrate, idle_s=args.wait_idle, retries=args.retries)
+                      affinity=affinity, calibrate=args.calibrate, idle_s=args.wait_idle, retries=args.retries,
+                      pilot_runs=args.pilot_runs)
     print(load_line("after"))
     print(f"# {time.perf_counter() - started:.0f} s")
     return 0

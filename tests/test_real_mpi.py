@@ -58,5 +58,7 @@ def test_asgd_two_ranks_real_vs_simulated(tmp_path):
     calibration = summary["calibration"]
     assert calibration["source"] == "pilot" and "from_compared_run" not in calibration
     assert calibration["pilot"]["steps"] == 6 and len(load_result_dir(tmp_path / "pilot").steps) > 0
+    assert calibration["pilot_after"]["steps"] == 6 and len(load_result_dir(tmp_path / "pilot-after").steps) > 0
+    assert len(calibration["forward_backward"]["per_pilot_level_cpu_s"]) == 2  # both pilots averaged
     assert calibration["link"]["from"] == "pilot messages" and calibration["server_cpu_per_message_s"] > 0
     assert summary["measured_mean_staleness"] is not None and summary["predicted_mean_staleness"] is not None

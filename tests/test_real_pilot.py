@@ -124,6 +124,20 @@ def test_validate_rejects_an_unknown_calibration(tmp_path):
         validate(SCENARIO, 2, tmp_path, calibrate="pilots")
     with pytest.raises(InputError, match="at least 4"):
         validate(SCENARIO, 2, tmp_path, pilot_iterations=2)
+    with pytest.raises(InputError, match="--pilot-runs.*1 or 2"):
+        validate(SCENARIO, 2, tmp_path, pilot_runs=3)
+
+
+def test_two_pilots_average_their_levels_on_the_first_pilots_slope():
+    from simdist.real.describe import _mean_level
+
+    before = {"t0_s": 0.001, "t1_s": 1e-4, "batch_sizes": [10], "per_worker_median_cpu_s": {0: 0.002}}
+    after = {"t0_s": 0.003, "t1_s": 2e-4, "batch_sizes": [10], "per_worker_median_cpu_s": {0: 0.004}}
+    fit = _mean_level([before, after])
+    assert fit["t1_s"] == 1e-4 and fit["per_pilot_level_cpu_s"] == pytest.approx([0.002, 0.004])
+    assert fit["t0_s"] + fit["t1_s"] * 10 == pytest.approx(0.003)  # the mean level, at the pilots' batch size
+    isolated_fallback = {"t0_s": 0.5, "t1_s": 1e-4, "batch_sizes": [10, 20]}  # a pilot without steady steps
+    assert _mean_level([before, isolated_fallback]) is before
 
 
 class _FakeWorld:

@@ -2,10 +2,10 @@
 
     simdist validate SCENARIO --ranks N [--out DIR] [--set KEY=VALUE]... [--threads T]
                      [--affinity auto|none|'0;1;1;0'] [--network-overlay FILE] [--profile FILE]
-                     [--cores C] [--calibrate pilot|isolated] [--pilot-iterations K]
+                     [--cores C] [--calibrate pilot|isolated] [--pilot-runs 1|2] [--pilot-iterations K]
                      [--timeout-s S] [--no-plots]
 
-Writes ``DIR/pilot`` (the calibrating run, with ``--calibrate pilot``), ``DIR/real`` and
+Writes ``DIR/pilot`` and ``DIR/pilot-after`` (the calibrating runs, with ``--calibrate pilot``), ``DIR/real`` and
 ``DIR/sim`` (result directories), ``DIR/validation.csv``,
 ``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the summary.
 :func:`add_validate_parser` adds the command and sets ``func`` to the handler.
@@ -42,6 +42,9 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                         help="pilot (default): a short real run of the same scenario and placement calibrates the "
                              "simulation; isolated: forward/backward and network timed around the compared run, host "
                              "work read from its trace (quicker)")
+    parser.add_argument("--pilot-runs", type=int, default=2, choices=(1, 2),
+                        help="pilot runs: 1 before the compared run, or 2 (default) before and after it, averaged, "
+                             "so that a drift of the host's speed is bracketed")
     parser.add_argument("--pilot-iterations", type=int, default=None,
                         help="iterations per worker of the pilot run (default 12; the first 2 are warm-up)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit of the real run")
@@ -62,6 +65,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
                        affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,
                        cores=args.cores, calibrate=args.calibrate, pilot_iterations=args.pilot_iterations,
+                       pilot_runs=args.pilot_runs,
                        timeout_s=args.timeout_s,
                        plots=not args.no_plots)
     print(json.dumps(summary, indent=2))

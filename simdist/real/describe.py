@@ -90,27 +90,32 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
 
 
 def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
-                 pilot_dir: Path | None = None, nodes: tuple[int, int] | None = None
+                 pilot_dirs: list[Path] | None = None, nodes: tuple[int, int] | None = None
                  ) -> tuple[Path, list[str], dict[str, Any]]:
     """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
 
     ``nodes``: the simulated (nodes, devices per node) when they differ from the scenario's
     (core sets described as nodes, :mod:`.placement`).
 
-    With ``pilot_dir`` every figure comes from the pilot run (:mod:`.pilot`); without, from the
-    isolated timing around the compared run, and the host work per step and per server message
-    from the compared run's own trace (named in ``figures["from_compared_run"]``).
+    With ``pilot_dirs`` every figure comes from the pilot runs (:mod:`.pilot`): the forward/backward
+    level, the host work per step and a server's work per gradient averaged over them (a pilot
+    before and one after the compared run bracket the host's drift), the slope and the link from
+    the first; without, from the isolated timing around the compared run, and the host work per
+    step and per server message from the compared run's own trace (named in
+    ``figures["from_compared_run"]``).
     """
     from .calibration import fit_compute, host_cpu_per_step, write_profile
     from .pilot import PILOT_WARMUP, pilot_compute, pilot_link
 
+    pilot_dir = pilot_dirs[0] if pilot_dirs else None
     source = pilot_dir or real_dir
     measured = json.loads((source / "calibration.json").read_text(encoding="utf-8"))
     isolated = fit_compute(measured["workers"])
     workers = list(setup.workers)
     if pilot_dir is not None:
-        fit = pilot_compute(pilot_dir, workers, isolated)
-        host = host_cpu_per_step(pilot_dir, workers, skip_first=PILOT_WARMUP)
+        fit = _mean_level([pilot_compute(d, workers, isolated) for d in pilot_dirs])
+        hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in pilot_dirs]
+        host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] for h in hosts]))}
         link = pilot_link(pilot_dir, workers, measured.get("network")) or _runtime_link(measured.get("network") or {},
                                                                                      pilot_dir)
     else:
@@ -122,7 +127,8 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
                             f"simdist validate ({how})")
     figures = {"source": "pilot" if pilot_dir else "isolated",
                "forward_backward": {k: fit[k] for k in ("t0_s", "t1_s", "r2", "batch_sizes", "median_cpu_s",
-                                                         "median_wall_s", "relative_iqr") if k in fit},
+                                                         "median_wall_s", "relative_iqr", "per_pilot_level_cpu_s")
+                                    if k in fit},
                "isolated_forward_backward": {k: isolated[k] for k in ("t0_s", "t1_s", "batch_sizes", "median_cpu_s")},
                "host_cpu_per_step_s": host["host_cpu_s"], "host_cpu_per_step_by_worker_s": host["per_worker"],
                "profile_t0_s": fit["t0_s"] + host["host_cpu_s"], "threads": threads,
@@ -133,7 +139,7 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
         compared = json.loads((real_dir / "calibration.json").read_text(encoding="utf-8"))
         figures["host_speed_change_pct"] = speed_change(measured["workers"], compared["workers"],
                                                         scenario_obj.workload.batch_size)
-    overrides = _busy_overrides(scenario_obj, setup, source, figures, pilot=pilot_dir is not None)
+    overrides = _busy_overrides(scenario_obj, setup, pilot_dirs or [real_dir], figures, pilot=pilot_dir is not None)
     figures["link"] = link or (str(overlay) if overlay else None)
     spec = scenario_obj.platform
     n_nodes, devices = nodes or (spec.nodes, spec.node.devices)
@@ -161,18 +167,16 @@ def speed_change(pilot: list[dict[str, Any]], compared: list[dict[str, Any]], ba
     return change
 
 
-def _busy_overrides(scenario_obj: Any, setup: Any, run_dir: Path, figures: dict[str, Any], pilot: bool) -> list[str]:
-    """Busy-time options of the algorithm, from the servers' CPU in ``run_dir`` (updates done elsewhere: 0)."""
-    from .calibration import server_cpu_per_message
-    from .pilot import server_cpu_per_push
-
+def _busy_overrides(scenario_obj: Any, setup: Any, run_dirs: list[Path], figures: dict[str, Any],
+                    pilot: bool) -> list[str]:
+    """Busy-time options of the algorithm, from the servers' CPU in ``run_dirs`` (averaged over
+    the runs; updates done elsewhere: 0)."""
     config, overrides = scenario_obj.algorithm_config(), []
     if hasattr(config, "apply_time_per_param"):
         servers = config.resolved_server_ranks(len(setup.workers))
-        pushes = int((pd.read_csv(run_dir / "steps.csv")["batch_size"] > 0).sum())
-        per_message = [v for v in ((server_cpu_per_push(run_dir, rank, list(setup.workers)) if pilot else
-                                    server_cpu_per_message(run_dir, rank, pushes)) for rank in servers)
-                       if v is not None]
+        per_run = [_server_cpu(run_dir, servers, list(setup.workers), pilot) for run_dir in run_dirs]
+        per_message = [float(np.mean(found)) for found in ([v for v in values if v is not None]  # per server
+                                                           for values in zip(*per_run)) if found]
         if per_message:
             shard = setup.workload.param_count / len(servers)
             overrides.append(f"algorithm.apply_time_per_param={max(per_message) / shard:.6g}")
@@ -180,6 +184,33 @@ def _busy_overrides(scenario_obj: Any, setup: Any, run_dir: Path, figures: dict[
     if hasattr(config, "update_time_per_param"):
         overrides.append("algorithm.update_time_per_param=0")  # the update is part of the host CPU per step
     return overrides
+
+
+def _server_cpu(run_dir: Path, servers: list[int], workers: list[int], pilot: bool) -> list[float | None]:
+    """Each server's host CPU per gradient in ``run_dir`` (None for a server without data)."""
+    from .calibration import server_cpu_per_message
+    from .pilot import server_cpu_per_push
+
+    pushes = int((pd.read_csv(run_dir / "steps.csv")["batch_size"] > 0).sum())
+    return [server_cpu_per_push(run_dir, rank, workers) if pilot else server_cpu_per_message(run_dir, rank, pushes)
+            for rank in servers]
+
+
+def _mean_level(fits: list[dict[str, Any]]) -> dict[str, Any]:
+    """One forward/backward fit from the pilots' fits: their mean level (``t0``) on the first's slope.
+
+    Only fits made from a pilot's own steps count (a pilot without steady steps falls back to
+    the isolated fit, which has no level of its own).
+    """
+    fits = [fit for fit in fits if "per_worker_median_cpu_s" in fit] or fits[:1]
+    if len(fits) == 1:
+        return fits[0]
+    t1 = fits[0]["t1_s"]
+    levels = [fit["t0_s"] + t1 * fit["batch_sizes"][0] for fit in fits]
+    batch = fits[0]["batch_sizes"][0]
+    level = float(np.mean(levels))
+    return {**fits[0], "t0_s": max(0.0, level - t1 * batch), "median_cpu_s": [level],
+            "per_pilot_level_cpu_s": levels}
 
 
 def _runtime_link(network: dict[str, Any], real_dir: Path) -> dict[str, Any] | None:

@@ -259,7 +259,8 @@ def _run_pilot(scenario: str | Path, scenario_obj: Any, ranks: int, out: Path, o
 def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
              threads: int | None = None, affinity: str | None = "auto", overlay: str | Path | None = None,
              profile: str | Path | None = None, cores: float | None = None, calibrate: str = "pilot",
-             pilot_iterations: int | None = None, timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
+             pilot_iterations: int | None = None, pilot_runs: int = 2, timeout_s: float = 600.0,
+             plots: bool = True) -> dict[str, Any]:
     """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
 
     ``affinity``: ``auto``, ``none`` or cores per rank (:func:`~.placement.plan`); the
@@ -267,7 +268,10 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     of the same scenario and placement, launched first, calibrates the simulation; see
     :mod:`.pilot`) or ``isolated`` (forward/backward and network timed around the compared
     run, host work read from its trace: quicker, and labelled so in the summary);
-    ``pilot_iterations``: per worker (default :data:`~.pilot.PILOT_ITERATIONS`).
+    ``pilot_iterations``: per worker (default :data:`~.pilot.PILOT_ITERATIONS`); ``pilot_runs``:
+    1 (a pilot before the compared run) or 2 (default: one before and one after, whose figures
+    are averaged, so that a host speed drifting steadily is bracketed, as the isolated timing
+    brackets it).
     ``profile``: a compute profile to simulate with instead of calibrating one; ``overlay``:
     the network fit used when the run is not calibrated (default host-shm.yaml); ``cores``:
     the cores per node the simulation shares among ranks, instead of what the placement gives.
@@ -279,6 +283,8 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
 
     if calibrate not in CALIBRATIONS:
         raise InputError(f"unknown calibration {calibrate!r}; known: {', '.join(CALIBRATIONS)}", source="--calibrate")
+    if pilot_runs not in (1, 2):
+        raise InputError(f"must be 1 or 2, got {pilot_runs}", source="--pilot-runs")
     if pilot_iterations is not None and pilot_iterations < PILOT_WARMUP + 2:
         raise InputError(f"must be at least {PILOT_WARMUP + 2} (the first {PILOT_WARMUP} are warm-up)",
                          source="--pilot-iterations")
@@ -289,21 +295,26 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     spec, n_threads = scenario_obj.platform, threads or scenario_obj.compute.threads
     placement = plan(affinity, ranks, nodes=spec.nodes, workers=range(scenario_obj.worker_count), threads=n_threads)
     sim_nodes = (placement.core_nodes, ranks // placement.core_nodes) if placement.core_nodes else None
-    pilot = None
-    if profile is None and calibrate == "pilot":
-        pilot = _run_pilot(scenario, scenario_obj, ranks, out / "pilot", overrides, threads, placement.affinity,
-                           pilot_iterations, timeout_s)
-    pilot_dir = Path(pilot["dir"]) if pilot else None
+    piloted = profile is None and calibrate == "pilot"
+
+    def pilot(name: str) -> dict[str, Any]:
+        return _run_pilot(scenario, scenario_obj, ranks, out / name, overrides, threads, placement.affinity,
+                          pilot_iterations, timeout_s)
+
+    pilots = [pilot("pilot")] if piloted else []
     with HostLoad() as load:
         real_dir = run_real(scenario, ranks, out / "real", overrides=overrides, threads=threads,
                             affinity=placement.affinity, timeout_s=timeout_s, plots=plots,
                             calibrate=0 if profile else CALIBRATION_REPEATS)
+    if piloted and pilot_runs == 2:  # after the compared run too: the two bracket the host's drift
+        pilots.append(pilot("pilot-after"))
     setup = Simulation(scenario_obj, None)
     if profile is None:
-        profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay, pilot_dir,
-                                               sim_nodes)
-        if pilot is not None:
-            figures["pilot"] = pilot
+        profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay,
+                                               [Path(p["dir"]) for p in pilots], sim_nodes)
+        if pilots:
+            figures["pilot"] = pilots[0]
+            figures.update({"pilot_after": pilots[1]} if len(pilots) > 1 else {})
     else:
         extra, figures = link_overrides(None, overlay, *(sim_nodes or (spec.nodes, spec.node.devices))), \
             {"profile": str(profile)}
