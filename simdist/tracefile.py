@@ -31,7 +31,8 @@ from .metrics import SPANS_COLUMNS, jsonable
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .results import RunResult
 
-__all__ = ["ASYNC_TID_OFFSET", "chrome_trace", "write_chrome_trace", "spans_from_trace", "read_trace_spans"]
+__all__ = ["ASYNC_TID_OFFSET", "chrome_trace", "write_chrome_trace", "spans_from_trace", "read_trace_spans",
+           "span_events"]
 
 ASYNC_TID_OFFSET = 100_000  # tid of a rank's non-blocking communication thread = offset + rank
 _US = 1e6
@@ -176,3 +177,13 @@ def read_trace_spans(path: str | Path) -> tuple[pd.DataFrame, dict[int, str]]:
     """:func:`spans_from_trace` of the ``trace.json`` file at ``path``."""
     with open(path, encoding="utf-8") as fh:
         return spans_from_trace(json.load(fh))
+
+
+def span_events(result_dir: str | Path) -> list[dict[str, Any]]:
+    """The complete (``"X"``) events of ``result_dir/trace.json`` as written, ``args`` included:
+    for readers that need the per-span fields a real run records (``cpu_s``, ``host_cpu_s``,
+    ``bytes`` ...), which :func:`spans_from_trace` leaves out."""
+    with open(Path(result_dir) / "trace.json", encoding="utf-8") as fh:
+        data = json.load(fh)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    return [e for e in events if e.get("ph") == "X"]

@@ -37,7 +37,6 @@ Four figures, each measured on the run's own ranks, written with how they were o
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,7 +45,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["calibration_sizes", "measure_compute", "fit_compute", "fit_run_compute", "host_cpu_per_step",
+from ..tracefile import span_events
+
+__all__ = ["calibration_sizes", "measure_compute", "fit_compute", "fit_run_compute", "compute_cpu", "host_cpu_per_step",
            "server_cpu_per_message", "write_profile", "measure_network", "fit_link"]
 
 _ROUNDS = 4
@@ -128,12 +129,7 @@ def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first
     """
     from ..calibrate.compute_profile import fit_linear
 
-    data = json.loads((Path(result_dir) / "trace.json").read_text(encoding="utf-8"))
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"]) for e in events
-            if e.get("ph") == "X" and e.get("cat") == "compute" and (e.get("args") or {}).get("cpu_s")]
-    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s"]).sort_values(["rank", "ts"], kind="stable")
-    frame = frame[frame.groupby("rank").cumcount() >= skip_first]
+    frame = compute_cpu(result_dir, skip_first)
     counts = frame.groupby("batch")["cpu_s"].agg(["median", "size"])
     counts = counts[counts["size"] >= 3]
     if len(counts) >= 2:
@@ -148,11 +144,19 @@ def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first
             "median_cpu_s": [float(v) for v in counts["median"]], "source": "the run's forward/backward spans"}
 
 
+def compute_cpu(result_dir: str | Path, skip_first: int = 0, workers: Sequence[int] | None = None) -> pd.DataFrame:
+    """A run's forward/backwards with their thread CPU time: ``rank, ts, batch, cpu_s``, in
+    order per rank, the first ``skip_first`` of each rank left out (only ``workers``' if given)."""
+    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"]) for e in span_events(result_dir)
+            if e.get("cat") == "compute" and (e.get("args") or {}).get("cpu_s")
+            and (workers is None or e["tid"] in workers)]
+    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s"]).sort_values(["rank", "ts"], kind="stable")
+    return frame[frame.groupby("rank").cumcount() >= skip_first]
+
+
 def _trace_spans(result_dir: Path) -> pd.DataFrame:
-    data = json.loads((result_dir / "trace.json").read_text(encoding="utf-8"))
-    events = data["traceEvents"] if isinstance(data, dict) else data
     rows = [(e["tid"], e.get("cat", ""), (e["ts"] + e.get("dur", 0.0)) * 1e-6, (e.get("args") or {}).get("host_cpu_s"))
-            for e in events if e.get("ph") == "X"]
+            for e in span_events(result_dir)]
     spans = pd.DataFrame(rows, columns=["rank", "kind", "end_s", "host_cpu_s"]).dropna(subset=["host_cpu_s"])
     return spans.sort_values(["rank", "end_s"], kind="stable")
 

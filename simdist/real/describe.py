@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..tracefile import span_events
+
 __all__ = ["HostLoad", "describe_run", "link_overrides", "real_slowdown", "sim_slowdown", "speed_change"]
 
 
@@ -217,19 +219,13 @@ def _runtime_link(network: dict[str, Any], real_dir: Path) -> dict[str, Any] | N
     """The link fitted from the messages (when the run sent any) or else the allreduces of the calibration."""
     from .calibration import fit_link
 
-    p2p = any(e.get("cat") == "comm" and e.get("name") in ("recv", "send") for e in _events(real_dir))
+    p2p = any(e.get("cat") == "comm" and e.get("name") in ("recv", "send") for e in span_events(real_dir))
     order = ("p2p", "allreduce") if p2p else ("allreduce", "p2p")
     return next((link for link in (fit_link(network, kind) for kind in order) if link is not None), None)
 
 
-def _events(result_dir: Path) -> list[dict[str, Any]]:
-    data = json.loads((result_dir / "trace.json").read_text(encoding="utf-8"))
-    return data["traceEvents"] if isinstance(data, dict) else data
-
-
 def _compute_spans(result_dir: Path) -> list[dict[str, Any]]:
-    return [e for e in _events(result_dir)
-            if e.get("ph") == "X" and e.get("cat") == "compute" and e.get("name") == "forward/backward"]
+    return [e for e in span_events(result_dir) if e.get("cat") == "compute" and e.get("name") == "forward/backward"]
 
 
 def real_slowdown(real_dir: Path) -> float | None:

@@ -26,14 +26,14 @@ compared run, which lends the simulation nothing of its own (:mod:`.validate`):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..tracefile import ASYNC_TID_OFFSET
+from ..tracefile import ASYNC_TID_OFFSET, span_events
+from .calibration import compute_cpu
 
 __all__ = ["PILOT_ITERATIONS", "PILOT_WARMUP", "PILOT_REPEATS", "pilot_steps", "pilot_compute", "server_cpu_per_push",
            "message_costs", "collective_costs", "pilot_link", "fit_size_cost"]
@@ -51,12 +51,6 @@ def pilot_steps(scenario_obj: Any, iterations: int = PILOT_ITERATIONS) -> int:
     steps = iterations * (scenario_obj.worker_count if per_push else 1)
     budget = scenario_obj.stop.steps
     return int(min(steps, budget)) if budget else int(steps)
-
-
-def _events(result_dir: Path) -> list[dict[str, Any]]:
-    data = json.loads((Path(result_dir) / "trace.json").read_text(encoding="utf-8"))
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    return [e for e in events if e.get("ph") == "X"]
 
 
 def _steady_from(events: list[dict[str, Any]], workers: list[int], warmup: int) -> float:
@@ -77,10 +71,7 @@ def pilot_compute(pilot_dir: str | Path, workers: list[int], isolated: dict[str,
     after normal). The slope ``t1`` is the isolated fit's (the pilot's batch sizes are too close
     together to give one), ``t0`` puts the line through the level.
     """
-    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"]) for e in _events(Path(pilot_dir))
-            if e.get("cat") == "compute" and e["tid"] in workers and (e.get("args") or {}).get("cpu_s")]
-    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s"]).sort_values(["rank", "ts"], kind="stable")
-    frame = frame[frame.groupby("rank").cumcount() >= warmup]
+    frame = compute_cpu(pilot_dir, warmup, workers)
     if frame.empty:
         return dict(isolated)
     batch = int(frame["batch"].mode().iloc[0])
@@ -94,7 +85,7 @@ def pilot_compute(pilot_dir: str | Path, workers: list[int], isolated: dict[str,
 def server_cpu_per_push(pilot_dir: str | Path, server: int, workers: list[int],
                         warmup: int = PILOT_WARMUP) -> float | None:
     """A server's host CPU seconds per gradient applied after the warm-up (None without data)."""
-    events = _events(Path(pilot_dir))
+    events = span_events(pilot_dir)
     steady = _steady_from(events, workers, warmup)
     mine = sorted((e["ts"] * 1e-6 + e.get("dur", 0.0) * 1e-6, e["args"]["host_cpu_s"]) for e in events
                   if e["tid"] == server and "host_cpu_s" in (e.get("args") or {}))
@@ -112,7 +103,7 @@ def message_costs(pilot_dir: str | Path, workers: list[int], warmup: int = PILOT
     Seconds from the end of the sender's send call (packing and the copy into the send buffer
     are the sender's host work, charged in its step) to the end of the receipt.
     """
-    events = _events(Path(pilot_dir))
+    events = span_events(pilot_dir)
     steady = _steady_from(events, workers, warmup)
     sends = _send_calls(events)
     rows = []
@@ -151,7 +142,7 @@ def collective_costs(pilot_dir: str | Path, workers: list[int], warmup: int = PI
     Non-blocking ones are left out: what is left of them after the compute they overlap is
     not what they cost.
     """
-    events = _events(Path(pilot_dir))
+    events = span_events(pilot_dir)
     steady = _steady_from(events, workers, warmup)
     rows = []
     for e in events:

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..tracefile import span_events
 from .pilot import PILOT_WARMUP
 
 __all__ = ["iteration_table", "compare", "summarize", "validate", "plot_timelines", "DEFAULT_OVERLAY",
@@ -55,10 +56,8 @@ CALIBRATIONS = ("pilot", "isolated")  # where the simulation's figures come from
 
 def _spans(result_dir: Path) -> pd.DataFrame:
     """Blocking spans of ``trace.json``: rank, kind, name, start_s, end_s."""
-    data = json.loads((result_dir / "trace.json").read_text(encoding="utf-8"))
-    events = data["traceEvents"] if isinstance(data, dict) else data
     rows = [(e["tid"], e.get("cat", ""), e.get("name", ""), e["ts"] * 1e-6, (e["ts"] + e.get("dur", 0.0)) * 1e-6)
-            for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("blocking", True) is not False]
+            for e in span_events(result_dir) if (e.get("args") or {}).get("blocking", True) is not False]
     return pd.DataFrame(rows, columns=["rank", "kind", "name", "start_s", "end_s"])
 
 
