@@ -215,6 +215,18 @@ def test_a_flow_claiming_a_lone_flows_link_mid_transfer_shares_it_from_then_on()
     assert not net.in_flight() and net.idle
 
 
+def test_a_flow_still_paying_latency_is_in_flight():
+    env = simpy.Environment()
+    links = _links([100.0], [1.0])
+    net = FlowNetwork(env, links)
+    net.transfer(links, 1000.0, src=0, dst=1)  # lone: holds the link
+    net.transfer(links, 1000.0, src=2, dst=1)  # shares it: an ordinary flow, latency first
+    env.run(until=0.5)
+    assert sorted(f.src for f in net.in_flight()) == [0, 2] and not net.idle
+    env.run()
+    assert net.in_flight() == [] and net.idle
+
+
 def test_a_lone_flow_in_flight_at_the_end_counts_as_in_flight_and_busy():
     env = simpy.Environment()
     links = _links([100.0], [1.0])

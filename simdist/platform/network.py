@@ -92,6 +92,7 @@ class FlowNetwork:
         self._windows: dict[int, list[float]] = {}  # link index -> factors of open degradation windows
         self.active: list[Flow] = []
         self._lone: dict[int, _LoneFlow] = {}  # link index -> the lone flow holding it
+        self._paying_latency: set[Flow] = set()  # ordinary flows sent, not on their links yet
         self._routes: dict[int, tuple] = {}  # id of a route tuple -> its facts (see _route_facts)
         self._last_advance_s = 0.0
         self._timer_generation = 0
@@ -129,7 +130,7 @@ class FlowNetwork:
         if distinct and self._can_go_alone(flow):
             self._go_alone(flow, delay)
         elif delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _event: self._start(flow))
+            self._start_after(flow, delay)
         else:
             self._start(flow)
 
@@ -146,13 +147,13 @@ class FlowNetwork:
         return facts
 
     def in_flight(self) -> list[Flow]:
-        """Flows sent whose last byte has not arrived (the shared ones and the lone ones)."""
-        return self.active + [lone.flow for lone in self._lone_flows()]
+        """Flows sent whose last byte has not arrived: moving, lone, or still paying latency."""
+        return self.active + [lone.flow for lone in self._lone_flows()] + list(self._paying_latency)
 
     @property
     def idle(self) -> bool:
         """Whether no flow is moving or about to move on any link."""
-        return not self.active and not self._lone
+        return not self.active and not self._lone and not self._paying_latency
 
     def degrade(self, link_indices: Sequence[int], factor: float, *, active: bool) -> None:
         """Open (``active``) or close a window multiplying the links' capacity by ``factor``.
@@ -237,7 +238,7 @@ class FlowNetwork:
         for i in flow.link_indices:
             del self._lone[i]
         if now < lone.start_s:  # still paying latency: it starts when it would have
-            self.env.timeout(lone.start_s - now).callbacks.append(lambda _event: self._start(flow))
+            self._start_after(flow, lone.start_s - now)
             return
         self._advance(now)
         flow.started_s = lone.start_s
@@ -258,6 +259,16 @@ class FlowNetwork:
                 self._join(lone)
 
     # -- flow life cycle --------------------------------------------------------------
+
+    def _start_after(self, flow: Flow, delay_s: float) -> None:
+        """Start ``flow`` on its links once ``delay_s`` (its latency) has passed."""
+        self._paying_latency.add(flow)
+
+        def start(_event) -> None:
+            self._paying_latency.discard(flow)
+            self._start(flow)
+
+        self.env.timeout(delay_s).callbacks.append(start)
 
     def _start(self, flow: Flow) -> None:
         now = self.env.now
