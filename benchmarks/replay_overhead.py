@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
 
 import torch
@@ -119,7 +120,7 @@ def paired_runs(repeats: int, simulator, naive) -> tuple[list, list]:
 def print_ratio(label: str, sim_times: list[float], naive_times: list[float], target: float) -> None:
     """Best-of ratio and the median of the pairwise ratios; the verdict is on the median."""
     pairs = sorted(s / n for s, n in zip(sim_times, naive_times))
-    median = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+    median = statistics.median(pairs)
     print(f"  ratio simulator / naive{label}: best/best {min(sim_times) / min(naive_times):.3f}, "
           f"median of {len(pairs)} pairs {median:.3f} (range {pairs[0]:.3f}-{pairs[-1]:.3f})  "
           f"(target <= {target})  {'MET' if median <= target else 'NOT MET'}")

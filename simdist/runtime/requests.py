@@ -38,7 +38,7 @@ class SendRequest(Request):
     event succeeded for nobody still costs a turn of the event loop.
     """
 
-    def __init__(self, env: simpy.Environment, sent_s: float):  # noqa: D107 (no dataclass fields but these)
+    def __init__(self, env: simpy.Environment, sent_s: float):  # the event is a property here, not a field
         self.kind, self.name, self.started_s = "comm", "send", sent_s
         self._env, self._event, self._delivered = env, None, False
 
@@ -52,6 +52,7 @@ class SendRequest(Request):
 
     @property
     def finished(self) -> bool:
+        """Delivered before anyone asked for its event: waiting on it needs no event at all."""
         return self._delivered and self._event is None
 
     def delivered(self) -> None:

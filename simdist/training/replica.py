@@ -215,14 +215,8 @@ def payload_nbytes(obj: object) -> int:
     kind = type(obj)  # the common exact types first: this runs for every message
     if kind is dict:
         total = 0
-        for value in obj.values():  # numbers and handed-over tensors inline: a message is mostly these
-            kind = type(value)
-            if kind in _NUMBERS:
-                total += 8
-            elif kind is Handover and type(value.value) is torch.Tensor:
-                total += value.value.numel() * value.value.element_size()
-            elif value is not None:
-                total += payload_nbytes(value)
+        for value in obj.values():  # numbers inline: a message is mostly small fields
+            total += 8 if type(value) in _NUMBERS else payload_nbytes(value)
         return total
     if kind is torch.Tensor or kind is PhantomTensor:
         return obj.numel() * obj.element_size()
