@@ -170,12 +170,14 @@ class Recorder:
         batch_size: int,
         loss: float | None,
         **extra: Any,
-    ) -> None:
-        """One applied gradient. ``extra`` columns (e.g. ``age_s``) are kept in ``steps.csv``."""
+    ) -> dict[str, Any]:
+        """One applied gradient; returns the row kept (read it, do not change it). ``extra``
+        columns (e.g. ``age_s``) are kept in ``steps.csv``."""
         row = dict(time_s=time_s, worker=worker, step=step, version=version, staleness=staleness,
                    batch_size=batch_size, loss=loss)
         row.update(extra)
         _tail_list(self._update_chunks).append(row)
+        return row
 
     def update_block(self, block: UpdateBlock) -> None:
         if len(block.workers):

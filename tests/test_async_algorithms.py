@@ -21,7 +21,9 @@ import torch
 
 from simdist.algorithms import parameter_server
 from simdist.errors import InputError
-from helpers import run_by_hand
+from helpers import run_by_hand, wire_and_run
+from simdist.runtime.base import GradResult
+from simdist.training.replica import Handover
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 from simdist.training.data import EpochSharder, ShardIterator
@@ -195,6 +197,31 @@ def test_messages_without_copies_give_the_run_with_copies(case, monkeypatch):
     copied_algorithm, copied_world, _ = run_by_hand(scenario(**CASES[case]))
     assert shared_world.recorder.updates == copied_world.recorder.updates
     assert torch.equal(final_params(shared_algorithm), final_params(copied_algorithm))
+
+
+SLOW_SERVER = {"apply_time_per_param": 2e-6}  # 0.4 ms per update: pushes queue at the server
+
+
+@pytest.mark.parametrize("case, options", [("asgd", {}), ("asgd-2-servers", {}), ("asgd", SLOW_SERVER),
+                                           ("nsoftsync-n2-heterogeneous", SLOW_SERVER),
+                                           ("dbs-heterogeneous", SLOW_SERVER)])
+def test_gradients_evaluated_when_applied_give_the_run_evaluated_at_the_push(case, options, monkeypatch):
+    """Pushed gradients travel unevaluated and are evaluated, batched, when a server applies
+    them: the same weights as evaluating each at its push, and while pushes queue at a busy
+    server, fewer and larger evaluations. Only a recorded loss may differ in its last bits:
+    requests at equal weights are evaluated together, and their losses are reduced from
+    per-sample losses in another order (see ``GradientEvaluator._fast_batched``)."""
+    late_algorithm, late_world, late_workload, _ = wire_and_run(scenario(**CASES[case], **options))
+    monkeypatch.setattr(GradResult, "grad_later", lambda self, start, stop: Handover(self.grad[start:stop]))
+    monkeypatch.setattr(GradResult, "loss_later", lambda self: self.loss)
+    eager_algorithm, eager_world, eager_workload, _ = wire_and_run(scenario(**CASES[case], **options))
+    late_rows, eager_rows = late_world.recorder.updates, eager_world.recorder.updates
+    assert [{**row, "loss": None} for row in late_rows] == [{**row, "loss": None} for row in eager_rows]
+    assert [row["loss"] for row in late_rows] == pytest.approx([row["loss"] for row in eager_rows], rel=1e-6)
+    for late, eager in zip(late_algorithm.servers_, eager_algorithm.servers_):
+        assert torch.equal(late.replica.params, eager.replica.params)
+    if options:
+        assert late_workload.pending.evaluations < eager_workload.pending.evaluations
 
 
 def test_two_servers_each_apply_every_gradient_to_their_shard():

@@ -19,7 +19,7 @@ from simdist.training import (
     payload_nbytes,
     snapshot,
 )
-from simdist.training.replica import Handover
+from simdist.training.replica import Deferred, Handover, resolved, sent_copy
 
 
 def _flat(module: nn.Module, attr: str = "data") -> torch.Tensor:
@@ -220,3 +220,40 @@ def test_a_handover_pickles_as_its_value():
     """The MPI runtime pickles payloads: the receiver gets the bare value."""
     message = pickle.loads(pickle.dumps({"grad": Handover(torch.arange(3.0)), "version": 2}))
     assert torch.equal(message["grad"], torch.arange(3.0)) and message["version"] == 2
+
+
+def test_a_deferred_is_sized_and_sent_unevaluated_and_evaluated_once():
+    calls = []
+
+    def evaluate():
+        calls.append(1)
+        return torch.arange(3.0)
+
+    deferred = Deferred(evaluate, 12)
+    message = {"grad": deferred, "version": 4}
+    assert payload_nbytes(message) == 12 + 8
+    assert snapshot(message)["grad"] is deferred and sent_copy(message)[0]["grad"] is deferred
+    assert calls == []
+    assert resolved(deferred).tolist() == [0.0, 1.0, 2.0] and resolved(deferred) is resolved(deferred)
+    assert calls == [1]
+    assert resolved(7) == 7  # anything else is its own value
+
+
+def test_a_deferred_pickles_as_its_value():
+    """The MPI runtime pickles payloads: the receiver gets the evaluated value."""
+    message = pickle.loads(pickle.dumps({"loss": Deferred(lambda: 0.5, 8), "grad": Deferred(lambda: torch.ones(2), 8)}))
+    assert message["loss"] == 0.5 and torch.equal(message["grad"], torch.ones(2))
+
+
+@pytest.mark.parametrize("payload", [
+    {"grad": Handover(torch.zeros(10)), "step": 3, "meta": [1.0, None, "abc"], "w": torch.ones(2)},
+    {"params": None, "version": 2, "reference_times_s": [0.1, 0.2]},
+    torch.arange(5.0), [torch.ones(3), 4], "text", 2.5,
+])
+def test_sent_copy_is_the_snapshot_and_the_size_in_one_pass(payload):
+    data, nbytes = sent_copy(payload)
+    assert nbytes == payload_nbytes(payload)
+    expected = snapshot(payload)
+    assert repr(data) == repr(expected) and type(data) is type(expected)
+    if isinstance(payload, dict) and "w" in payload:
+        assert data["w"] is not payload["w"] and data["grad"] is payload["grad"].value  # copied / handed over

@@ -7,6 +7,8 @@ computes ``t0 + t1 · batch`` seconds (t0 = 1 ms, t1 = 0.1 ms per sample).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ from conftest import Sized
 from simdist.errors import SimulationError
 from simdist.platform.links import LINK_KINDS
 from simdist.runtime.base import ANY
+from simdist.training.replica import resolved
 
 T0, T1 = 1e-3, 1e-4
 LATENCY_S = 0.11e-6  # shm port-to-port, paid once per route
@@ -198,7 +201,78 @@ def test_poll_returns_none_until_a_message_has_arrived(make_world, run_world):
     assert got == [None, (42, 8), None]
 
 
+def test_a_receive_of_a_queued_message_returns_it_at_once_without_an_event(make_world, run_world):
+    world = make_world(2, t0=T0, t1=T1)
+    got = []
+
+    def sender(rt):
+        rt.send(1, "first")
+        rt.send(1, "second")
+        return
+        yield
+
+    def receiver(rt):
+        yield rt.compute(None, Sized(10))  # both messages land meanwhile
+        first = rt.recv()
+        got.append((first.finished, first.ready_value.payload))
+        message = yield first
+        second = rt.recv()
+        event = second.event  # asked for: an event that has succeeded with the message
+        got.append((second.finished, event.triggered, event.value.payload))
+        yield second
+        got.append((message.payload, rt.now()))
+
+    run_world(world, {0: sender, 1: receiver})
+    assert got == [(True, "first"), (False, True, "second"), ("first", pytest.approx(T0 + T1 * 10))]
+    assert [s.kind for s in world.recorder.spans if s.rank == 1] == ["compute"]  # no wait was recorded
+
+
 # -- compute ------------------------------------------------------------------------------------------
+
+
+def test_a_gradient_sent_unread_is_evaluated_when_its_receiver_reads_it(make_world, run_world):
+    evaluated = []
+
+    def source(rank, replica, batch):
+        def evaluate():
+            evaluated.append(rank)
+            return torch.arange(4.0), 0.25
+        return evaluate
+
+    world = make_world(2, gradient_source=source)
+    got = {}
+
+    def worker(rt):
+        result = yield rt.compute(SimpleNamespace(params=torch.zeros(4)), Sized(4))
+        rt.send(1, {"grad": result.grad_later(1, 3), "loss": result.loss_later()})
+        got["sent, evaluated"] = list(evaluated)
+
+    def receiver(rt):
+        message = yield rt.recv()
+        got["nbytes"] = message.nbytes
+        got["received, evaluated"] = list(evaluated)
+        got["values"] = (resolved(message.payload["grad"]).tolist(), resolved(message.payload["loss"]))
+
+    run_world(world, {0: worker, 1: receiver})
+    assert got == {"sent, evaluated": [], "nbytes": 2 * 4 + 8, "received, evaluated": [],
+                   "values": ([1.0, 2.0], 0.25)}
+    assert evaluated == [0]  # once, for both values
+
+
+def test_a_gradient_read_before_the_send_travels_as_its_value(make_world, run_world):
+    world = make_world(2, gradient_source=lambda rank, replica, batch: lambda: (torch.arange(4.0), 0.5))
+    got = {}
+
+    def worker(rt):
+        result = yield rt.compute(SimpleNamespace(params=torch.zeros(4)), Sized(4))
+        assert result.loss == 0.5
+        rt.send(1, {"grad": result.grad_later(0, 2), "loss": result.loss_later()})
+
+    def receiver(rt):
+        got["payload"] = (yield rt.recv()).payload
+
+    run_world(world, {0: worker, 1: receiver})
+    assert got["payload"]["grad"].tolist() == [0.0, 1.0] and got["payload"]["loss"] == 0.5
 
 
 def test_at_fraction_fires_inside_the_compute(make_world, run_world):

@@ -40,7 +40,9 @@ one (:meth:`~simdist.training.replica.Replica.apply_gradient_fresh`), so both tr
 nobody writes to any more. A worker adopts the weights it receives as its replica's
 parameters; workers that pulled the same version share one tensor, which the gradient
 evaluator then recognises as equal weights without comparing values. What each gradient
-is computed on, and the numbers, are the same as with copies.
+is computed on, and the numbers, are the same as with copies. In the simulator a pushed
+gradient travels unevaluated (``GradResult.grad_later``) and is evaluated when its server
+applies it, batched with every request queued by then; the numbers are the same.
 
 Records: every applied gradient is one ``update`` row written by server 0 (for k > 1,
 server 0's shard stands for the model: rows = gradients, versions are server 0's), with
@@ -60,10 +62,10 @@ from pydantic import Field, NonNegativeInt, model_validator
 
 from ..errors import InputError, SimulationError
 from ..runtime.base import Runtime
-from ..training.replica import Handover, PhantomReplica, Replica
+from ..training.replica import Handover, PhantomReplica, Replica, resolved
 from .async_math import shard_bounds, staleness
 from .base import Algorithm, AlgorithmConfig, AlgorithmContext, Process
-from .tensors import flat_concat, flat_slice
+from .tensors import flat_concat
 
 __all__ = ["TAG_PULL", "TAG_PUSH", "TAG_WEIGHTS", "DEFAULT_APPLY_TIME_PER_PARAM_S", "ParameterServerConfig",
            "ParameterServerAlgorithm", "ServerState", "PendingGradient", "BatchPolicy", "ShardedParameters"]
@@ -283,8 +285,8 @@ class ParameterServerAlgorithm(Algorithm):
             result = yield rt.compute(replica, batch)
             report = policy.report()
             for server, reply in zip(self.servers_, replies):
-                rt.send(server.rank, {"grad": Handover(flat_slice(result.grad, server.start, server.stop)),
-                                      "version": reply["version"], "batch_size": batch.size, "loss": result.loss,
+                rt.send(server.rank, {"grad": result.grad_later(server.start, server.stop),
+                                      "version": reply["version"], "batch_size": batch.size, "loss": result.loss_later(),
                                       "read_s": read_s, "final": final, "report": report}, tag=TAG_PUSH)
             replies = yield from self._receive(rt)
             if final:
@@ -335,6 +337,8 @@ class ParameterServerAlgorithm(Algorithm):
 
     def _apply(self, rt: Runtime, server: ServerState) -> None:
         pending, server.pending = server.pending, []
+        for p in pending:  # gradients pushed unevaluated are evaluated now, batched with all queued by now
+            p.grad, p.loss = resolved(p.grad), resolved(p.loss)
         stalenesses = [staleness(server.version, p.version_read) for p in pending]
         grad, lr = self.combine(pending, stalenesses)
         server.replica.apply_gradient_fresh(grad, lr=lr)  # replies already sent keep their weights

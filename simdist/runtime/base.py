@@ -19,8 +19,10 @@ each member forms one operation, and every member must make the same kind of cal
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+
+from ..training.replica import Deferred, Handover
 
 __all__ = ["ANY", "Group", "Message", "GradResult", "Runtime"]
 
@@ -58,16 +60,60 @@ class Message:
     arrived_s: float
 
 
-@dataclass(frozen=True)
 class GradResult:
-    """The value of a compute request: the mean gradient over the batch, and the batch loss."""
+    """The value of a compute request: the mean gradient over the batch, and the batch loss.
 
-    grad: Any  # flat torch tensor (or a PhantomTensor in timing-only runs)
-    loss: float | None
-    batch_size: int
-    start_s: float = 0.0
-    end_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    ``grad`` is a flat torch tensor (a PhantomTensor in timing-only runs). The simulator
+    evaluates gradients lazily, batched with other ranks' requests: there ``resolve`` gives
+    ``(grad, loss)`` on first read. A message can carry them unread (:meth:`grad_later`,
+    :meth:`loss_later`); the receiver's first read evaluates them then, so that more
+    requests are batched together. The values are the same whenever they are read.
+    """
+
+    __slots__ = ("_grad", "_loss", "_resolve", "_nbytes_per_element", "batch_size", "start_s", "end_s", "extra")
+
+    def __init__(self, grad: Any = None, loss: float | None = None, batch_size: int = 0, start_s: float = 0.0,
+                 end_s: float = 0.0, extra: dict[str, Any] | None = None, *,
+                 resolve: Callable[[], tuple[Any, float | None]] | None = None, like: Any = None):
+        """``resolve`` defers ``grad`` and ``loss`` until first read; ``like`` (a tensor of the
+        gradient's dtype) lets messages carry the gradient unevaluated."""
+        self._grad, self._loss, self._resolve = grad, loss, resolve
+        self._nbytes_per_element = like.element_size() if like is not None else 0
+        self.batch_size, self.start_s, self.end_s = batch_size, start_s, end_s
+        self.extra = {} if extra is None else extra
+
+    @property
+    def grad(self) -> Any:
+        if self._resolve is not None:
+            self._evaluate()
+        return self._grad
+
+    @property
+    def loss(self) -> float | None:
+        if self._resolve is not None:
+            self._evaluate()
+        return self._loss
+
+    def _evaluate(self) -> None:
+        self._grad, self._loss = self._resolve()
+        self._resolve = None
+
+    def grad_later(self, start: int, stop: int) -> Any:
+        """Elements ``start:stop`` of the gradient for a message, handed over (never written
+        again): a :class:`~simdist.training.replica.Deferred` while not yet evaluated."""
+        if self._resolve is None or not self._nbytes_per_element:
+            return Handover(self.grad[start:stop])
+        return Deferred(lambda: self.grad[start:stop], (stop - start) * self._nbytes_per_element)
+
+    def loss_later(self) -> Any:
+        """The loss for a message: a :class:`~simdist.training.replica.Deferred` while not yet evaluated."""
+        if self._resolve is None:
+            return self._loss
+        return Deferred(lambda: self.loss, 8)
+
+    def __repr__(self) -> str:
+        state = "not evaluated" if self._resolve is not None else f"loss={self._loss!r}"
+        return f"GradResult(batch_size={self.batch_size}, {state}, {self.start_s}..{self.end_s} s)"
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ import simpy
 
 from .base import GradResult
 
-__all__ = ["Request", "SendRequest", "ComputeRequest"]
+__all__ = ["Request", "SendRequest", "ReadyReceive", "ComputeRequest"]
 
 
 @dataclass(eq=False)
@@ -27,8 +27,13 @@ class Request:
 
     @property
     def finished(self) -> bool:
-        """True when waiting on it would return at once with nothing (see :class:`SendRequest`)."""
+        """True when waiting on it would return at once, with :attr:`ready_value`, and no event
+        is needed for that (see :class:`SendRequest`, :class:`ReadyReceive`)."""
         return False
+
+    @property
+    def ready_value(self) -> Any:
+        return None
 
 
 class SendRequest(Request):
@@ -61,6 +66,33 @@ class SendRequest(Request):
             self._event.succeed()
 
 
+class ReadyReceive(Request):
+    """A receive whose message had already arrived: waiting on it returns the message at once.
+
+    The event is made only if someone asks for it (a server that finds its next message
+    queued, the common case when it is the bottleneck, costs no turn of the event loop).
+    """
+
+    def __init__(self, env: simpy.Environment, message: Any):  # the event is a property here, not a field
+        self.kind, self.name, self.started_s = "comm", "recv", message.sent_s
+        self._env, self._event, self._message = env, None, message
+
+    @property
+    def event(self) -> simpy.Event:
+        if self._event is None:
+            self._event = self._env.event()
+            self._event.succeed(self._message)
+        return self._event
+
+    @property
+    def finished(self) -> bool:
+        return self._event is None
+
+    @property
+    def ready_value(self) -> Any:
+        return self._message
+
+
 @dataclass(eq=False)
 class ComputeRequest(Request):
     """A forward/backward in progress; ``at_fraction`` gives a request for a point inside it."""
@@ -69,14 +101,17 @@ class ComputeRequest(Request):
     env: simpy.Environment | None = None
     resolve: Callable[[], tuple[Any, float | None]] | None = None
     batch_size: int = 0
+    grad_like: Any = None  # a tensor of the gradient's size and dtype (the replica's parameters)
     _result: GradResult | None = None
 
     def partial_result(self) -> GradResult:
-        """The gradient before compute has finished — for gradient buckets that backward has
-        already produced (``at_fraction``); reading parts not yet produced would be cheating."""
+        """The result before compute has finished — for gradient buckets that backward has
+        already produced (``at_fraction``); reading parts not yet produced would be cheating.
+        The gradient itself is evaluated when first read (see :class:`GradResult`)."""
         if self._result is None:
-            grad, loss = self.resolve()
-            self._result = GradResult(grad, loss, self.batch_size, self.started_s, self.started_s + self.duration_s)
+            self._result = GradResult(batch_size=self.batch_size, start_s=self.started_s,
+                                      end_s=self.started_s + self.duration_s, resolve=self.resolve,
+                                      like=self.grad_like)
         return self._result
 
     def at_fraction(self, fraction: float) -> Request:

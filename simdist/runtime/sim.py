@@ -26,11 +26,11 @@ from ..platform.compute import ComputeModel
 from ..platform.network import NETWORK_MODELS, FlowNetwork
 from ..platform.topology import Link, Platform
 from ..recorder import Recorder, UpdateBlock
-from ..training.replica import payload_nbytes, snapshot
+from ..training.replica import sent_copy
 from .base import ANY, Group, Message
 from .cohort import CohortProcess, CohortRuntime
 from .collectives import FIDELITIES
-from .requests import ComputeRequest, Request, SendRequest
+from .requests import ComputeRequest, ReadyReceive, Request, SendRequest
 from .sim_collectives import CollectiveExecution
 
 __all__ = ["SimWorld", "SimRuntime", "Request", "ComputeRequest", "SendRequest"]
@@ -123,15 +123,15 @@ class SimWorld(CollectiveExecution):
                 return
             if not isinstance(request, Request):
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
+            if request.finished:  # returns at once: no time passes, nothing to account
+                value = request.ready_value
+                continue
             waited_from = self.env.now
-            if not request.finished:
-                value = yield request.event
-                if rank in self.crashed:  # the node died while this rank waited: it never runs again
-                    if request.kind == "compute":
-                        self._count_drop("gradients", rank, 1)
-                    return
-            else:
-                value = None
+            value = yield request.event
+            if rank in self.crashed:  # the node died while this rank waited: it never runs again
+                if request.kind == "compute":
+                    self._count_drop("gradients", rank, 1)
+                return
             if request.kind == "compute":
                 value = request.partial_result()
             elif request.kind == "comm":
@@ -170,7 +170,8 @@ class SimWorld(CollectiveExecution):
         duration = self.compute_model.duration_s(rank, batch_size, start)
         # the timer is the request's event; the waiting rank reads the gradient (``_drive``)
         request = ComputeRequest("compute", "forward/backward", env.timeout(duration), start, duration_s=duration,
-                                 env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
+                                 env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
+                                 grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + duration
         self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
         return request
@@ -188,7 +189,8 @@ class SimWorld(CollectiveExecution):
         self._computing_on_node[device.node] = busy
         estimate = work / min(device.cpus or 1.0, self.platform.spec.node.cores / busy)
         request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=estimate, env=env,
-                                 resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size)
+                                 resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
+                                 grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + estimate
 
         def finish() -> None:
@@ -238,8 +240,8 @@ class SimWorld(CollectiveExecution):
     def send(self, src: int, dst: int, payload: Any, tag: int) -> Request:
         if not 0 <= dst < self.platform.size:
             raise SimulationError(f"rank {src} sends to rank {dst}, which does not exist")
-        nbytes = payload_nbytes(payload)
-        data, sent = snapshot(payload), self.env.now
+        data, nbytes = sent_copy(payload)
+        sent = self.env.now
         request = SendRequest(self.env, sent)
 
         def deliver() -> None:
@@ -275,13 +277,11 @@ class SimWorld(CollectiveExecution):
         return None
 
     def recv(self, rank: int, src: int, tag: int) -> Request:
-        request = Request("comm", "recv", self.env.event())
         message = self.poll(rank, src, tag)
         if message is not None:
-            request.started_s = message.sent_s
-            request.event.succeed(message)
-        else:
-            self._recv_waiters[rank].append(_RecvWaiter(src, tag, request))
+            return ReadyReceive(self.env, message)
+        request = Request("comm", "recv", self.env.event())
+        self._recv_waiters[rank].append(_RecvWaiter(src, tag, request))
         return request
 
     # -- records ---------------------------------------------------------------------
@@ -298,8 +298,7 @@ class SimWorld(CollectiveExecution):
 
     def record(self, rank: int, kind: str, fields: dict[str, Any]) -> None:
         if kind == "update":
-            row = dict(time_s=self.env.now, **fields)
-            self.recorder.update(**row)
+            row = self.recorder.update(time_s=self.env.now, **fields)
             for listener in self.update_listeners:
                 listener(row)
         else:

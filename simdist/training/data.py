@@ -86,6 +86,7 @@ class ShardIterator:
         self.max_epochs = max_epochs
         self._epoch = 0
         self._position = 0  # next unread offset inside the current epoch's shard
+        self._shard: np.ndarray | None = None  # the current epoch's shard, once read
 
     @property
     def epoch(self) -> int:
@@ -116,13 +117,16 @@ class ShardIterator:
             raise InputError(f"batch size must be a positive integer, got {batch_size}")
         if self.exhausted:
             return None
-        shard = self.sharder.shard(self._epoch, self.worker)
+        shard = self._shard
+        if shard is None:
+            shard = self._shard = self.sharder.shard(self._epoch, self.worker)
         stop = min(self._position + int(batch_size), len(shard))
         batch = Batch(shard[self._position : stop], self._epoch, self.worker)
         self._position = stop
         if stop == len(shard):
             self._epoch += 1
             self._position = 0
+            self._shard = None
         return batch
 
 

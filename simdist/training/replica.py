@@ -12,20 +12,22 @@ and a :class:`PhantomReplica` accepts every call and does nothing.
 when its sender later updates the tensor it sent. A sender that will never write to a
 tensor again wraps it in :class:`Handover` and saves that copy; a replica that hands its
 weights out this way updates them with :meth:`Replica.apply_gradient_fresh`, which leaves
-the tensor it replaces untouched.
+the tensor it replaces untouched. A :class:`Deferred` travels unevaluated: its receiver
+evaluates it on first read (:func:`resolved`).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from .optim import Optimizer
 
-__all__ = ["Replica", "PhantomTensor", "PhantomReplica", "Handover", "payload_nbytes", "snapshot"]
+__all__ = ["Replica", "PhantomTensor", "PhantomReplica", "Handover", "Deferred", "resolved", "payload_nbytes",
+           "snapshot", "sent_copy"]
 
 
 class Replica:
@@ -204,13 +206,47 @@ def _unwrapped(value: Any) -> Any:
     return value
 
 
+class Deferred:
+    """A part of a message payload evaluated when its receiver first reads it (:func:`resolved`).
+
+    The simulator batches gradient evaluations: a worker's gradient can travel unevaluated
+    and be computed, with every other request queued by then, when a server applies it. It
+    counts ``nbytes`` on the wire, is never copied (its value is never written), and pickles
+    as its value.
+    """
+
+    __slots__ = ("_compute", "_value", "nbytes")
+
+    def __init__(self, compute: Callable[[], Any], nbytes: int):
+        self._compute: Callable[[], Any] | None = compute
+        self._value: Any = None
+        self.nbytes = int(nbytes)
+
+    @property
+    def value(self) -> Any:
+        if self._compute is not None:
+            self._value, self._compute = self._compute(), None
+        return self._value
+
+    def __reduce__(self) -> tuple:
+        return _unwrapped, (self.value,)
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.nbytes} B, {'evaluated' if self._compute is None else 'not evaluated'})"
+
+
+def resolved(value: Any) -> Any:
+    """``value``, or a :class:`Deferred`'s value (evaluated now if it was not yet)."""
+    return value.value if type(value) is Deferred else value
+
+
 def payload_nbytes(obj: object) -> int:
     """Bytes ``obj`` puts on the wire.
 
     Tensors and phantoms count ``numel * element_size`` (bf16 is half of fp32), NumPy
     arrays their ``nbytes``, Python numbers 8 bytes, strings their UTF-8 length and None
     nothing; lists, tuples and dict *values* are summed (dict keys are labels, not data);
-    a :class:`Handover` counts as its value.
+    a :class:`Handover` counts as its value, a :class:`Deferred` as its ``nbytes``.
     """
     kind = type(obj)  # the common exact types first: this runs for every message
     if kind is dict:
@@ -224,6 +260,8 @@ def payload_nbytes(obj: object) -> int:
         return 8
     if kind is Handover:
         return payload_nbytes(obj.value)
+    if kind is Deferred:
+        return obj.nbytes
     return _nbytes_by_kind(obj)
 
 
@@ -253,6 +291,7 @@ def snapshot(obj: Any) -> Any:
     """A copy of ``obj`` that later changes to the sender's tensors cannot reach.
 
     A :class:`Handover` is replaced by its value, uncopied: its sender has given it away.
+    A :class:`Deferred` is kept as it is (its value is never written).
     """
     kind = type(obj)  # the common exact types first: this runs for every message
     if kind is dict:
@@ -264,7 +303,27 @@ def snapshot(obj: Any) -> Any:
     return _copied(obj)
 
 
-_IMMUTABLE = frozenset({PhantomTensor, type(None), bool, int, float, str, bytes})
+def sent_copy(payload: Any) -> tuple[Any, int]:
+    """``(snapshot(payload), payload_nbytes(payload))``, in one pass over a dict payload
+    (a message's usual shape: a few numbers and a tensor)."""
+    if type(payload) is not dict:
+        return snapshot(payload), payload_nbytes(payload)
+    data, nbytes = {}, 0
+    for key, value in payload.items():
+        kind = type(value)
+        if kind in _NUMBERS:
+            nbytes += 8
+            data[key] = value
+        elif kind is Handover:
+            nbytes += payload_nbytes(value.value)
+            data[key] = value.value
+        else:
+            nbytes += payload_nbytes(value)
+            data[key] = value if kind in _IMMUTABLE else snapshot(value)
+    return data, nbytes
+
+
+_IMMUTABLE = frozenset({PhantomTensor, Deferred, type(None), bool, int, float, str, bytes})
 _NUMBERS = frozenset({bool, int, float})
 
 
