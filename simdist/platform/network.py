@@ -32,7 +32,7 @@ class Flow:
     """A transfer in progress."""
 
     __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices", "rate_Bps",
-                 "started_s")
+                 "started_s", "busy_from_s")
 
     def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
                  dst: int | None = None, link_indices: tuple[int, ...] | None = None):
@@ -46,27 +46,10 @@ class Flow:
         self.link_indices = tuple(link.index for link in route) if link_indices is None else link_indices
         self.rate_Bps = 0.0
         self.started_s = 0.0
+        self.busy_from_s = 0.0  # a lone flow: its links' busy time is counted up to here
 
     def __repr__(self) -> str:
         return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"
-
-
-class _LoneFlow:
-    """A transfer whose links nothing else uses: one timer from send to last byte.
-
-    Its rate is its narrowest link's capacity, as max-min filling would give it, for as long
-    as no other flow joins one of its links; then it becomes an ordinary flow again
-    (:meth:`FlowNetwork._join`).
-    """
-
-    __slots__ = ("flow", "start_s", "rate_Bps", "cancelled", "busy_from_s")
-
-    def __init__(self, flow: Flow, start_s: float, rate_Bps: float):
-        self.flow = flow
-        self.start_s = start_s  # when the latency has been paid and bytes begin to move
-        self.rate_Bps = rate_Bps
-        self.cancelled = False
-        self.busy_from_s = start_s  # its links' busy time is counted up to here
 
 
 class FlowNetwork:
@@ -91,7 +74,7 @@ class FlowNetwork:
         self._capacity = [link.bandwidth_Bps for link in self.links]
         self._windows: dict[int, list[float]] = {}  # link index -> factors of open degradation windows
         self.active: list[Flow] = []
-        self._lone: dict[int, _LoneFlow] = {}  # link index -> the lone flow holding it
+        self._lone: dict[int, Flow] = {}  # link index -> the lone flow holding it (see _go_alone)
         self._paying_latency: set[Flow] = set()  # ordinary flows sent, not on their links yet
         self._routes: dict[int, tuple] = {}  # id of a route tuple -> its facts (see _route_facts)
         self._last_advance_s = 0.0
@@ -148,7 +131,7 @@ class FlowNetwork:
 
     def in_flight(self) -> list[Flow]:
         """Flows sent whose last byte has not arrived: moving, lone, or still paying latency."""
-        return self.active + [lone.flow for lone in self._lone_flows()] + list(self._paying_latency)
+        return self.active + self._lone_flows() + list(self._paying_latency)
 
     @property
     def idle(self) -> bool:
@@ -185,7 +168,7 @@ class FlowNetwork:
                 self._link_busy_since[i] = now_s
         for lone in self._lone_flows():
             if lone.busy_from_s < now_s:
-                for i in lone.flow.link_indices:
+                for i in lone.link_indices:
                     self.link_busy_s[i] += now_s - lone.busy_from_s
                 lone.busy_from_s = now_s
 
@@ -203,51 +186,53 @@ class FlowNetwork:
         return True
 
     def _go_alone(self, flow: Flow, delay_s: float) -> None:
+        """Send ``flow`` as a lone flow: one timer from now to its last byte.
+
+        Its rate is its narrowest link's capacity, as max-min filling would give it, for as
+        long as no other flow claims one of its links; then it becomes an ordinary flow
+        (:meth:`_join`). ``started_s`` is when its latency has been paid and bytes move.
+        """
         capacity = self._capacity
         rate = math.inf
         for i in flow.link_indices:
             if capacity[i] < rate:
                 rate = capacity[i]
-        start_s = self.env.now + delay_s
-        lone = _LoneFlow(flow, start_s, rate)
+        flow.started_s = flow.busy_from_s = start_s = self.env.now + delay_s
+        flow.rate_Bps = rate
         for i in flow.link_indices:
-            self._lone[i] = lone
-        end_s = start_s + flow.nbytes / rate
-        timer = self.env.timeout(max(end_s - self.env.now, 0.0), lone)
+            self._lone[i] = flow
+        timer = self.env.timeout(max(start_s + flow.nbytes / rate - self.env.now, 0.0), flow)
         timer.callbacks.append(self._lone_done)
 
     def _lone_done(self, timer) -> None:
-        lone = timer.value
-        if lone.cancelled:
-            return
-        flow, now = lone.flow, self.env.now
-        flow.started_s = lone.start_s
-        for i in flow.link_indices:
-            del self._lone[i]
-            self.link_busy_s[i] += now - lone.busy_from_s
+        flow = timer.value
+        lone, indices = self._lone, flow.link_indices
+        if lone.get(indices[0]) is not flow:
+            return  # joined the shared flows (_join): their timers finish it
+        now, busy = self.env.now, self.link_busy_s
+        for i in indices:
+            del lone[i]
+            busy[i] += now - flow.busy_from_s
         self._account_end(flow)
         flow.done()
 
-    def _lone_flows(self) -> list[_LoneFlow]:
+    def _lone_flows(self) -> list[Flow]:
         return list({id(lone): lone for lone in self._lone.values()}.values())
 
-    def _join(self, lone: _LoneFlow) -> None:
+    def _join(self, flow: Flow) -> None:
         """Make a lone flow an ordinary one: another flow is about to share one of its links."""
-        lone.cancelled = True
-        flow, now = lone.flow, self.env.now
+        now = self.env.now
         for i in flow.link_indices:
             del self._lone[i]
-        if now < lone.start_s:  # still paying latency: it starts when it would have
-            self._start_after(flow, lone.start_s - now)
+        if now < flow.started_s:  # still paying latency: it starts when it would have
+            self._start_after(flow, flow.started_s - now)
             return
         self._advance(now)
-        flow.started_s = lone.start_s
-        flow.rate_Bps = lone.rate_Bps
-        flow.remaining = flow.nbytes - lone.rate_Bps * (now - lone.start_s)
+        flow.remaining = flow.nbytes - flow.rate_Bps * (now - flow.started_s)
         self.active.append(flow)
         for i in flow.link_indices:
             self._link_active[i] += 1
-            self._link_busy_since[i] = lone.busy_from_s
+            self._link_busy_since[i] = flow.busy_from_s
         self._resolve_soon()
 
     def _claim(self, flow: Flow) -> None:

@@ -20,7 +20,7 @@ each member forms one operation, and every member must make the same kind of cal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, NamedTuple, Protocol, runtime_checkable
 
 from ..training.replica import Deferred, Handover
 
@@ -47,9 +47,8 @@ class Group:
         return rank in self.ranks
 
 
-@dataclass(frozen=True)
-class Message:
-    """A delivered point-to-point message."""
+class Message(NamedTuple):
+    """A delivered point-to-point message (a named tuple: made for every message, cheaply)."""
 
     src: int
     dst: int

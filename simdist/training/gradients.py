@@ -358,7 +358,7 @@ def _positive(*shape: int, generator: torch.Generator) -> torch.Tensor:
 
 def _rows(batched: Batched) -> list[Result]:
     grads, losses = batched
-    return [(grads[row], loss) for row, loss in enumerate(losses)]
+    return list(zip(grads.unbind(0), losses))
 
 
 def _same_bits(batched: Batched, results: list[Result]) -> bool:

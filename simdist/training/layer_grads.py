@@ -33,8 +33,8 @@ class FastLayer:
 def request_losses(log_probs: torch.Tensor, ys: list[torch.Tensor]) -> list[float]:
     """Each request's batch-mean loss, reduced over its own rows as a single evaluation does
     (a mean over a ``(k, b)`` view of per-sample losses sums in another order)."""
-    b = int(ys[0].shape[0])
-    return torch.stack([F.nll_loss(log_probs[i * b : (i + 1) * b], y) for i, y in enumerate(ys)]).tolist()
+    rows = log_probs.split(int(ys[0].shape[0]))
+    return torch.stack([F.nll_loss(request_rows, y) for request_rows, y in zip(rows, ys)]).tolist()
 
 
 def plan_signature(plan: list) -> tuple:
