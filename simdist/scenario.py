@@ -54,6 +54,8 @@ class NamedSpec(_Config):
         if isinstance(value, str):
             return {"name": value}
         if isinstance(value, dict) and "name" in value:
+            if set(value) == {"name", "options"} and isinstance(value["options"], dict):
+                return value  # the resolved form (manifest.json) reads back as written
             return {"name": value["name"], "options": {k: v for k, v in value.items() if k != "name"}}
         return value
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,14 @@ def test_quickstart_scenario_resolves_preset_and_defaults():
 def test_every_shipped_scenario_loads():
     for path in sorted((REPO / "scenarios").glob("*.yaml")):
         assert load_scenario(path).name
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "scenarios").glob("**/*.yaml")), ids=lambda p: p.stem)
+def test_a_resolved_scenario_reads_back_as_itself(path):
+    """The scenario a result's manifest.json records can be run again: it loads to the same scenario."""
+    scenario = load_scenario(path)
+    written = json.loads(json.dumps(scenario.resolved()))
+    assert scenario_from_dict(written).resolved() == scenario.resolved()
 
 
 def test_overrides_apply_by_dotted_path(tmp_path):
