@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simdist.errors import SimulationError
 from simdist.training import gradients as gradients_module
 from simdist.training import layer_grads as layer_grads_module
 from simdist.training import (
@@ -182,6 +183,18 @@ def test_queued_batches_are_gathered_once_at_evaluation():
     results = [h.result() for h in handles]
     assert gathered == [[0, 2]]
     _assert_same(results, [evaluator.gradient(params, *tensors[i]) for i in (0, 1, 2)])
+
+
+def test_parameters_written_in_place_before_evaluation_are_refused():
+    evaluator, params = _evaluator("mlp")
+    pending = PendingGradients(evaluator)
+    kept = pending.submit(params.clone(), *_batch(0, 16))
+    mine = params.clone()
+    handle = pending.submit(mine, *_batch(1, 16))
+    mine.add_(1.0)  # the rank moved on without adopting a new tensor
+    with pytest.raises(SimulationError, match="written in place"):
+        handle.result()
+    assert not kept.ready  # nothing was evaluated on wrong weights
 
 
 def test_submitting_a_batch_needs_a_gather_function():

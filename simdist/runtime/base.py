@@ -99,7 +99,11 @@ class GradResult:
 
     def grad_later(self, start: int, stop: int) -> Any:
         """Elements ``start:stop`` of the gradient for a message, handed over (never written
-        again): a :class:`~simdist.training.replica.Deferred` while not yet evaluated."""
+        again): a :class:`~simdist.training.replica.Deferred` while not yet evaluated.
+
+        Until the receiver reads it, the replica's parameters the gradient is computed on
+        must not be written in place (adopt new weights as a new tensor); the simulator
+        refuses a request whose parameters changed before it was evaluated."""
         if self._resolve is None or not self._nbytes_per_element:
             return Handover(self.grad[start:stop])
         return Deferred(lambda: self.grad[start:stop], (stop - start) * self._nbytes_per_element)

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from ..errors import InputError
+from ..errors import InputError, SimulationError
 from .layer_grads import (FastLayer, fast_layers, layer_grads, plan_signature, request_losses, stack_plan,
                           stacked_backward, stacked_linear)
 from .models import ModelInfo
@@ -376,15 +376,24 @@ def _scatter(indices: list[int], batched: Batched, results: list) -> None:
         results[i] = (grads[row], losses[row])
 
 
+def _version_of(tensor: torch.Tensor) -> int | None:
+    """The tensor's count of in-place writes (None for tensors that keep none)."""
+    try:
+        return tensor._version
+    except RuntimeError:  # inference-mode tensors
+        return None
+
+
 _STACKING_TRIED: dict[tuple, bool] = {}  # (model layers, dtype, shape) -> stacking is bit-exact; see _stacking_exact
 
 
 class GradientHandle:
     """A queued gradient request; :meth:`result` evaluates every queued request at once."""
 
-    def __init__(self, pending: "PendingGradients"):
+    def __init__(self, pending: "PendingGradients", params: torch.Tensor):
         self._pending = pending
         self._result: Result | None = None
+        self._params_version = _version_of(params)  # in-place writes before evaluation are refused
 
     @property
     def ready(self) -> bool:
@@ -403,7 +412,9 @@ class PendingGradients:
 
     ``submit`` copies nothing: the caller guarantees that ``params``, ``x`` and ``y`` do
     not change until the result has been read (a worker does not touch its replica while
-    its forward/backward is in flight, which is exactly this). ``submit_batch`` queues a
+    its forward/backward is in flight, which is exactly this; a parameter-server worker
+    that sends its gradient unread adopts new weights as a new tensor). Parameters written
+    in place before their request is evaluated are refused (SimulationError). ``submit_batch`` queues a
     batch whose tensors ``gather`` fetches at evaluation, for every queued batch at once.
     """
 
@@ -416,7 +427,7 @@ class PendingGradients:
         self.evaluations = 0  # gradients() calls made, for tests and profiling
 
     def submit(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> GradientHandle:
-        handle = GradientHandle(self)
+        handle = GradientHandle(self, params)
         self._queue.append((handle, (params, x, y)))
         return handle
 
@@ -424,7 +435,7 @@ class PendingGradients:
         """``submit`` for a batch whose features and labels are gathered when evaluated."""
         if self.gather is None:
             raise ValueError("submit_batch needs a gather function")
-        handle = GradientHandle(self)
+        handle = GradientHandle(self, params)
         self._batches.append((len(self._queue), batch))
         self._queue.append((handle, (params, None, None)))
         return handle
@@ -442,6 +453,11 @@ class PendingGradients:
             for (position, _batch), (x, y) in zip(batches, self.gather([batch for _p, batch in batches])):
                 handle, (params, _x, _y) = queue[position]
                 queue[position] = (handle, (params, x, y))
+        for handle, (params, _x, _y) in queue:
+            if _version_of(params) != handle._params_version:
+                raise SimulationError("the parameters of a queued gradient request were written in place before "
+                                      "its gradient was read; keep a rank's parameters unchanged until then (adopt "
+                                      "new weights as a new tensor, or read result.grad first)")
         self.evaluations += 1
         for (handle, _request), result in zip(queue, self.evaluator.gradients([r for _h, r in queue])):
             handle._result = result

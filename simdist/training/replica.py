@@ -314,9 +314,6 @@ def sent_copy(payload: Any) -> tuple[Any, int]:
         if kind in _NUMBERS:
             nbytes += 8
             data[key] = value
-        elif kind is Handover:
-            nbytes += payload_nbytes(value.value)
-            data[key] = value.value
         else:
             nbytes += payload_nbytes(value)
             data[key] = value if kind in _IMMUTABLE else snapshot(value)
