@@ -188,7 +188,8 @@ class Simulation:
             limit = self.scenario.stop.steps
             if limit is not None and step >= limit:
                 self.request_stop("step_limit")
-        self._report_progress()
+        if self.progress is not None:
+            self._report_progress()
 
     def _timed_evaluations(self, every_s: float):
         while True:

@@ -7,7 +7,7 @@ yields their events to SimPy and reads back values (a gradient, a message, a sum
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import simpy
 
@@ -24,16 +24,10 @@ class Request:
     name: str
     event: simpy.Event
     started_s: float | None = None  # when data started moving (comm); None while peers are missing
-
-    @property
-    def finished(self) -> bool:
-        """True when waiting on it would return at once, with :attr:`ready_value`, and no event
-        is needed for that (see :class:`SendRequest`, :class:`ReadyReceive`)."""
-        return False
-
-    @property
-    def ready_value(self) -> Any:
-        return None
+    # True when waiting on it would return at once, with ``ready_value``, and no event is
+    # needed for that (:class:`SendRequest`, :class:`ReadyReceive` decide it as they go)
+    finished: ClassVar[bool] = False
+    ready_value: ClassVar[Any] = None
 
 
 class SendRequest(Request):
