@@ -115,7 +115,10 @@ class Recorder:
 
     def span(self, rank: int, kind: str, name: str, start_s: float, end_s: float, *, blocking: bool = True, **args: Any) -> None:
         if end_s > start_s:
-            _tail_list(self._span_chunks).append(Span(rank, kind, name, start_s, end_s, blocking, args))
+            chunks = self._span_chunks
+            if not chunks or type(chunks[-1]) is not _SpanRows:
+                chunks.append(_SpanRows())
+            chunks[-1].append((rank, kind, name, start_s, end_s, blocking, args))
 
     def span_block(self, block: SpanBlock) -> None:
         if len(block.ranks):
@@ -124,7 +127,7 @@ class Recorder:
     @property
     def spans(self) -> list[Span]:
         """Every span as a row, in recording order (blocks are expanded once, here)."""
-        return _flatten(self._span_chunks, SpanBlock.spans)
+        return _flatten(self._span_chunks, _spans_of)
 
     @spans.setter
     def spans(self, value: list[Span]) -> None:
@@ -140,6 +143,11 @@ class Recorder:
                 parts.append({"rank": chunk.ranks[keep].astype(np.int64), "kind": np.full(n, chunk.kind, dtype=object),
                               "name": np.full(n, chunk.name, dtype=object), "start_s": chunk.start_s[keep].astype(float),
                               "end_s": chunk.end_s[keep].astype(float), "blocking": np.full(n, chunk.blocking)})
+            elif type(chunk) is _SpanRows and chunk:
+                ranks, kinds, names, starts, ends, blocking, _args = zip(*chunk)
+                parts.append({"rank": np.array(ranks, dtype=np.int64), "kind": np.array(kinds, dtype=object),
+                              "name": np.array(names, dtype=object), "start_s": np.array(starts, dtype=float),
+                              "end_s": np.array(ends, dtype=float), "blocking": np.array(blocking, dtype=bool)})
             elif chunk:
                 parts.append({"rank": np.array([s.rank for s in chunk], dtype=np.int64),
                               "kind": np.array([s.kind for s in chunk], dtype=object),
@@ -152,10 +160,7 @@ class Recorder:
 
     def clip_spans(self, end_s: float) -> None:
         """Cut every span at ``end_s`` (the run stopped there); spans starting later are dropped."""
-        self._span_chunks = [
-            chunk.clipped(end_s) if isinstance(chunk, SpanBlock)
-            else [s if s.end_s <= end_s else replace(s, end_s=end_s) for s in chunk if s.start_s < end_s]
-            for chunk in self._span_chunks]
+        self._span_chunks = [_clipped(chunk, end_s) for chunk in self._span_chunks]
 
     # -- updates ---------------------------------------------------------------------
 
@@ -215,6 +220,27 @@ class Recorder:
         self.events.append(dict(kind=kind, time_s=time_s, rank=rank, **fields))
 
 
+class _SpanRows(list):
+    """Spans recorded one at a time, as tuples in :class:`Span`'s field order: made for
+    every compute and wait of a run, a tuple costs a fifth of a Span; rows become Spans
+    when read (:attr:`Recorder.spans`)."""
+
+
+def _spans_of(chunk: "_SpanRows | SpanBlock") -> list[Span]:
+    if type(chunk) is _SpanRows:
+        return [Span(*row) for row in chunk]
+    return chunk.spans()
+
+
+def _clipped(chunk: "list[Span] | _SpanRows | SpanBlock", end_s: float) -> "list[Span] | _SpanRows | SpanBlock":
+    """``chunk`` with its spans cut at ``end_s`` and those starting later dropped."""
+    if isinstance(chunk, SpanBlock):
+        return chunk.clipped(end_s)
+    if type(chunk) is _SpanRows:
+        return _SpanRows(row if row[4] <= end_s else (*row[:4], end_s, *row[5:]) for row in chunk if row[3] < end_s)
+    return [s if s.end_s <= end_s else replace(s, end_s=end_s) for s in chunk if s.start_s < end_s]
+
+
 def _tail_list(chunks: list) -> list:
     """The last chunk if it holds single rows, else a new one appended for them."""
     if not chunks or not isinstance(chunks[-1], list):
@@ -224,11 +250,11 @@ def _tail_list(chunks: list) -> list:
 
 def _flatten(chunks: list, expand) -> list:
     """All rows of ``chunks`` as one list; the chunks become that list (expanded once)."""
-    if len(chunks) == 1 and isinstance(chunks[0], list):
+    if len(chunks) == 1 and type(chunks[0]) is list:
         return chunks[0]
     rows: list = []
     for chunk in chunks:
-        rows.extend(expand(chunk) if not isinstance(chunk, list) else chunk)
+        rows.extend(chunk if type(chunk) is list else expand(chunk))
     chunks[:] = [rows]
     return rows
 

@@ -66,3 +66,19 @@ def test_rows_can_be_replaced_and_extended():
     merged.spans += rec.spans
     merged.updates = [dict(time_s=0.0, worker=0, step=1, version=1, staleness=0, batch_size=1, loss=math.nan)]
     assert len(merged.spans) == 1 and len(merged.updates) == 1
+
+
+def test_spans_recorded_after_a_read_follow_it_and_keep_their_arguments():
+    rec = Recorder()
+    rec.span(0, "compute", "forward/backward", 0.0, 1.0, batch_size=32)
+    first = rec.spans
+    rec.span(1, "wait", "recv", 0.5, 2.0, blocking=False)
+    rec.span(1, "comm", "recv", 2.0, 2.0)  # empty: not a span
+    spans = rec.spans
+    assert spans[0] is first[0] and spans[0].args == {"batch_size": 32}
+    assert [(s.rank, s.kind, s.start_s, s.end_s, s.blocking) for s in spans] == [
+        (0, "compute", 0.0, 1.0, True), (1, "wait", 0.5, 2.0, False)]
+    rec.span(2, "comm", "send", 1.5, 4.0)
+    assert rec.span_columns()["end_s"].tolist() == [1.0, 2.0, 4.0]
+    rec.clip_spans(1.8)
+    assert [(s.rank, s.end_s) for s in rec.spans] == [(0, 1.0), (1, 1.8), (2, 1.8)]
