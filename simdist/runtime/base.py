@@ -69,7 +69,8 @@ class GradResult:
     requests are batched together. The values are the same whenever they are read.
     """
 
-    __slots__ = ("_grad", "_loss", "_resolve", "_nbytes_per_element", "batch_size", "start_s", "end_s", "extra")
+    __slots__ = ("_grad", "_loss", "_resolve", "_nbytes_per_element", "_numel", "batch_size", "start_s", "end_s",
+                 "extra")
 
     def __init__(self, grad: Any = None, loss: float | None = None, batch_size: int = 0, start_s: float = 0.0,
                  end_s: float = 0.0, extra: dict[str, Any] | None = None, *,
@@ -78,6 +79,7 @@ class GradResult:
         gradient's dtype) lets messages carry the gradient unevaluated."""
         self._grad, self._loss, self._resolve = grad, loss, resolve
         self._nbytes_per_element = like.element_size() if like is not None else 0
+        self._numel = like.numel() if like is not None else 0
         self.batch_size, self.start_s, self.end_s = batch_size, start_s, end_s
         self.extra = {} if extra is None else extra
 
@@ -106,6 +108,8 @@ class GradResult:
         refuses a request whose parameters changed before it was evaluated."""
         if self._resolve is None or not self._nbytes_per_element:
             return Handover(self.grad[start:stop])
+        if start == 0 and stop == self._numel:  # the whole gradient: no slice to take
+            return Deferred(lambda: self.grad, stop * self._nbytes_per_element)
         return Deferred(lambda: self.grad[start:stop], (stop - start) * self._nbytes_per_element)
 
     def loss_later(self) -> Any:

@@ -314,6 +314,11 @@ def sent_copy(payload: Any) -> tuple[Any, int]:
         if kind in _NUMBERS:
             nbytes += 8
             data[key] = value
+        elif value is None:
+            data[key] = None
+        elif kind is Deferred:
+            nbytes += value.nbytes
+            data[key] = value
         else:
             nbytes += payload_nbytes(value)
             data[key] = value if kind in _IMMUTABLE else snapshot(value)
