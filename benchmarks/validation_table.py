@@ -2,7 +2,7 @@
 
     python benchmarks/validation_table.py [--ranks 2,4] [--algorithms sync,asgd,...] [--no-hetero]
                                           [--calibrate pilot|isolated] [--pilot-runs 1|2] [--wait-idle S] [--retries N]
-                                          [--out results/validation_table]
+                                          [--repeats N] [--out results/validation_table]
 
 Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
 with the algorithm swapped in and a workload whose steps the compute model has to get right:
@@ -25,7 +25,9 @@ simulation given the compute cost the run itself measured; see simdist.real.vali
 host's load averages are printed before and after: on a host shared with other work the real
 times are not the machine's; ``--wait-idle`` and ``--retries`` wait for the host to be idle
 before each point and run a point again when other processes took more than 0.1 core or the
-host's speed moved more than 10 % between the pilot and the compared run. A point that fails
+host's speed moved more than 10 % between the pilot and the compared run. ``--repeats N``
+validates every point N times and prints each run's figures; the row is then the run with the
+median median-error (single runs move by 10 points on a shared host). A point that fails
 prints its error and the table goes on.
 """
 
@@ -107,9 +109,10 @@ def wait_idle(limit_s: float, threshold: float = 0.1, window_s: float = 3.0) -> 
             return load.cores
 
 
-def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
-          idle_s: float = 0.0, retries: int = 0, pilot_runs: int = 2) -> None:
-    """One table row; with ``idle_s``, after waiting for an idle host, and again while other load spoilt it."""
+def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, calibrate: str, idle_s: float,
+            retries: int, pilot_runs: int) -> dict | None:
+    """One validation of a point; with ``idle_s``, after waiting for an idle host, and again
+    while other load or drift spoilt it. None (error printed) if it failed."""
     for attempt in range(retries + 1):
         if idle_s:
             wait_idle(idle_s)
@@ -118,13 +121,33 @@ def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "a
                          pilot_runs=pilot_runs, timeout_s=300, plots=False)
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
-            return
+            return None
         load, drift = other_load(s), drift_pct(s)
         if (load is None or load <= 0.1) and (drift is None or drift <= 10.0) or attempt == retries:
-            break
+            return s
         print(f"# {label} {ranks}: other processes used {load or 0:.2f} cores, host speed moved {drift or 0:.0f} %; "
               "again", flush=True)
-    print(row(label, ranks, s), flush=True)
+    return None
+
+
+def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
+          idle_s: float = 0.0, retries: int = 0, pilot_runs: int = 2, repeats: int = 1) -> None:
+    """One table row. With ``repeats`` > 1 the point is validated that many times (each in its
+    own directory); every run's errors are printed, and the row is the run with the median
+    median error, so that one drifted run does not make the row."""
+    runs = []
+    for k in range(repeats):
+        s = measure(label, ranks, sets, out if repeats == 1 else out / f"run{k + 1}", affinity, calibrate, idle_s,
+                    retries, pilot_runs)
+        if s is None:
+            return
+        runs.append(s)
+    if repeats > 1:
+        figures = ", ".join(f"{r['median_abs_iteration_error_pct']:.1f}/{r['p90_abs_iteration_error_pct']:.1f}"
+                            f" ({r['total_time_error_pct']:+.1f})" for r in runs)
+        print(f"# {label} {ranks}: {repeats} runs, median/p90 % (total %): {figures}", flush=True)
+    runs.sort(key=lambda r: r["median_abs_iteration_error_pct"])
+    print(row(label, ranks, runs[(len(runs) - 1) // 2]), flush=True)
 
 
 def load_line(when: str) -> str:
@@ -146,8 +169,13 @@ def main(argv=None) -> int:
     parser.add_argument("--retries", type=int, default=0,
                         help="run a point again (at most this many times) when other processes used > 0.1 core "
                              "or the host's speed moved > 10 %% between pilot and run")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N",
+                        help="validate each point N times; print every run, and as the row the run with the "
+                             "median median-error")
     parser.add_argument("--out", default="results/validation_table")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats: at least 1 run per point, got {args.repeats}")
     started = time.perf_counter()
     print(load_line("before"))
     print(f"# calibration: {args.calibrate}" + (f", {args.pilot_runs} pilot run(s)" if args.calibrate == "pilot" else ""))
@@ -161,13 +189,13 @@ def main(argv=None) -> int:
                 print(f"{algorithm:10} {ranks:5d}  (not applicable)")
                 continue
             point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}", calibrate=args.calibrate,
-                  idle_s=args.wait_idle, retries=args.retries, pilot_runs=args.pilot_runs)
+                  idle_s=args.wait_idle, retries=args.retries, pilot_runs=args.pilot_runs, repeats=args.repeats)
     if not args.no_hetero:
         for algorithm, affinity in HETERO.items():
             if algorithm in args.algorithms.split(","):
                 point(f"{algorithm}-het", 4, overrides(algorithm, 4), Path(args.out) / f"{algorithm}-het",
                       affinity=affinity, calibrate=args.calibrate, idle_s=args.wait_idle, retries=args.retries,
-                      pilot_runs=args.pilot_runs)
+                      pilot_runs=args.pilot_runs, repeats=args.repeats)
     print(load_line("after"))
     print(f"# {time.perf_counter() - started:.0f} s")
     return 0
