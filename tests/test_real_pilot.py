@@ -103,6 +103,17 @@ def test_pilot_compute_takes_the_level_of_the_pilot_and_the_isolated_slope(tmp_p
     assert pilot_compute(tmp_path, [5], isolated) == isolated  # no steps of these workers: the isolated fit
 
 
+def test_pilot_compute_takes_the_wall_level_for_workers_with_cores_of_their_own(tmp_path):
+    """Wall time counts what shared the core with the compute (an overlapped collective's progress)."""
+    events = _ps_trace(9)  # forward/backwards of 5 ms wall, less in CPU
+    isolated = {"t0_s": 0.5e-3, "t1_s": 15e-6, "r2": 1.0, "median_wall_s": [], "relative_iqr": []}
+    by_cpu = pilot_compute(_write(tmp_path, events), [0], isolated, warmup=1)
+    by_wall = pilot_compute(tmp_path, [0], isolated, warmup=1, wall=True)
+    assert by_cpu["level_from"] == "cpu" and by_cpu["median_cpu_s"] == [pytest.approx(1e-3 + 16e-6 * 256)]
+    assert by_wall["level_from"] == "wall" and by_wall["median_cpu_s"] == [pytest.approx(5e-3)]
+    assert by_wall["t0_s"] + 256 * by_wall["t1_s"] == pytest.approx(5e-3)
+
+
 def test_server_cpu_per_push_counts_the_steady_pushes(tmp_path):
     steps = [{"time_s": 0.0095 * k + 0.007, "worker": 0, "step": k + 1, "batch_size": 256} for k in range(6)]
     per_push = server_cpu_per_push(_write(tmp_path, _ps_trace(), steps), 1, [0], warmup=2)

@@ -147,10 +147,12 @@ def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first
 def compute_cpu(result_dir: str | Path, skip_first: int = 0, workers: Sequence[int] | None = None) -> pd.DataFrame:
     """A run's forward/backwards with their thread CPU time: ``rank, ts, batch, cpu_s``, in
     order per rank, the first ``skip_first`` of each rank left out (only ``workers``' if given)."""
-    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"]) for e in span_events(result_dir)
+    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"], e.get("dur", 0.0) * 1e-6)
+            for e in span_events(result_dir)
             if e.get("cat") == "compute" and (e.get("args") or {}).get("cpu_s")
             and (workers is None or e["tid"] in workers)]
-    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s"]).sort_values(["rank", "ts"], kind="stable")
+    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s", "wall_s"]).sort_values(["rank", "ts"],
+                                                                                              kind="stable")
     return frame[frame.groupby("rank").cumcount() >= skip_first]
 
 

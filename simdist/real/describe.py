@@ -92,8 +92,8 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
 
 
 def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
-                 pilot_dirs: list[Path] | None = None, nodes: tuple[int, int] | None = None
-                 ) -> tuple[Path, list[str], dict[str, Any]]:
+                 pilot_dirs: list[Path] | None = None, nodes: tuple[int, int] | None = None,
+                 wall_level: bool = False) -> tuple[Path, list[str], dict[str, Any]]:
     """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
 
     ``nodes``: the simulated (nodes, devices per node) when they differ from the scenario's
@@ -105,6 +105,9 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     the first; without, from the isolated timing around the compared run, and the host work per
     step and per server message from the compared run's own trace (named in
     ``figures["from_compared_run"]``).
+
+    ``wall_level`` (every worker has a core to itself): the pilots' forward/backward level is
+    their wall time, not their CPU time (:func:`~.pilot.pilot_compute`).
     """
     from .calibration import fit_compute, host_cpu_per_step, write_profile
     from .pilot import PILOT_WARMUP, pilot_compute, pilot_link
@@ -115,7 +118,7 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     isolated = fit_compute(measured["workers"])
     workers = list(setup.workers)
     if pilot_dir is not None:
-        fit = _mean_level([pilot_compute(d, workers, isolated) for d in pilot_dirs])
+        fit = _mean_level([pilot_compute(d, workers, isolated, wall=wall_level) for d in pilot_dirs])
         hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in pilot_dirs]
         host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] for h in hosts]))}
         link = pilot_link(pilot_dir, workers, measured.get("network")) or _runtime_link(measured.get("network") or {},
@@ -129,7 +132,8 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
                             f"simdist validate ({how})")
     figures = {"source": "pilot" if pilot_dir else "isolated",
                "forward_backward": {k: fit[k] for k in ("t0_s", "t1_s", "r2", "batch_sizes", "median_cpu_s",
-                                                         "median_wall_s", "relative_iqr", "per_pilot_level_cpu_s")
+                                                         "median_wall_s", "relative_iqr", "per_pilot_level_cpu_s",
+                                                         "level_from")
                                     if k in fit},
                "isolated_forward_backward": {k: isolated[k] for k in ("t0_s", "t1_s", "batch_sizes", "median_cpu_s")},
                "host_cpu_per_step_s": host["host_cpu_s"], "host_cpu_per_step_by_worker_s": host["per_worker"],

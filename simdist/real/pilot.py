@@ -61,24 +61,32 @@ def _steady_from(events: list[dict[str, Any]], workers: list[int], warmup: int) 
 
 
 def pilot_compute(pilot_dir: str | Path, workers: list[int], isolated: dict[str, Any],
-                  warmup: int = PILOT_WARMUP) -> dict[str, Any]:
+                  warmup: int = PILOT_WARMUP, wall: bool = False) -> dict[str, Any]:
     """The forward/backward fit: the level of the pilot's own steps, the slope of the isolated timing.
 
-    Per worker the median CPU time of its steady forward/backwards at the pilot's most common
-    batch size; the level is the smallest of those medians: the workers run the same steps, and
+    Per worker the median CPU time (``wall``: wall time) of its steady forward/backwards at the
+    pilot's most common batch size; the level is the smallest of those medians: the workers run the same steps, and
     a worker whose steps cost much more CPU ran on a core that something outside this host's
     view slowed (seen: one rank +46 % through a whole pilot, its isolated timing before and
     after normal). The slope ``t1`` is the isolated fit's (the pilot's batch sizes are too close
     together to give one), ``t0`` puts the line through the level.
+
+    Wall time is the level where every worker has a core to itself (:func:`describe_run
+    <.describe.describe_run>` decides): whatever shares the core with the compute — the progress
+    thread of an overlapped collective, MPI's copies for it — is then part of what a
+    forward/backward costs, as it is for real. On shared cores the CPU time is the level and the
+    simulator shares the cores itself. ``median_cpu_s`` holds the level either way
+    (``level_from`` says which).
     """
     frame = compute_cpu(pilot_dir, warmup, workers)
     if frame.empty:
         return dict(isolated)
     batch = int(frame["batch"].mode().iloc[0])
-    per_worker = frame[frame["batch"] == batch].groupby("rank")["cpu_s"].median()
+    per_worker = frame[frame["batch"] == batch].groupby("rank")["wall_s" if wall else "cpu_s"].median()
     level, t1 = float(per_worker.min()), float(isolated["t1_s"])
     return {**isolated, "t0_s": max(0.0, level - t1 * batch), "t1_s": t1, "batch_sizes": [batch],
             "median_cpu_s": [level], "per_worker_median_cpu_s": {int(r): float(v) for r, v in per_worker.items()},
+            "level_from": "wall" if wall else "cpu",
             "source": "the pilot's forward/backwards (level) and its isolated timing (slope)"}
 
 

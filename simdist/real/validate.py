@@ -278,7 +278,7 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     from ..simulate import Simulation
     from .describe import HostLoad, describe_run, link_overrides, real_slowdown, sim_slowdown
     from .launch import run_real
-    from .placement import plan
+    from .placement import plan, rank_spins
 
     if calibrate not in CALIBRATIONS:
         raise InputError(f"unknown calibration {calibrate!r}; known: {', '.join(CALIBRATIONS)}", source="--calibrate")
@@ -309,8 +309,9 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
         pilots.append(pilot("pilot-after"))
     setup = Simulation(scenario_obj, None)
     if profile is None:
+        own_cores = all(rank_spins(r, ranks, placement.affinity) for r in range(scenario_obj.worker_count))
         profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay,
-                                               [Path(p["dir"]) for p in pilots], sim_nodes)
+                                               [Path(p["dir"]) for p in pilots], sim_nodes, wall_level=own_cores)
         if pilots:
             figures["pilot"] = pilots[0]
             figures.update({"pilot_after": pilots[1]} if len(pilots) > 1 else {})
