@@ -145,8 +145,9 @@ def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first
 
 
 def compute_cpu(result_dir: str | Path, skip_first: int = 0, workers: Sequence[int] | None = None) -> pd.DataFrame:
-    """A run's forward/backwards with their thread CPU time: ``rank, ts, batch, cpu_s``, in
-    order per rank, the first ``skip_first`` of each rank left out (only ``workers``' if given)."""
+    """A run's forward/backwards with their thread CPU time and wall time: ``rank, ts, batch,
+    cpu_s, wall_s``, in order per rank, the first ``skip_first`` of each rank left out (only
+    ``workers``' if given)."""
     rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"], e.get("dur", 0.0) * 1e-6)
             for e in span_events(result_dir)
             if e.get("cat") == "compute" and (e.get("args") or {}).get("cpu_s")
