@@ -113,7 +113,8 @@ def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, c
             retries: int, pilot_runs: int) -> dict | None:
     """One validation of a point; with ``idle_s``, after waiting for an idle host, and again
     while other load or drift spoilt it. None (error printed) if it failed."""
-    for attempt in range(retries + 1):
+    attempt = 0
+    while True:
         if idle_s:
             wait_idle(idle_s)
         try:
@@ -123,11 +124,11 @@ def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, c
             print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
             return None
         load, drift = other_load(s), drift_pct(s)
-        if (load is None or load <= 0.1) and (drift is None or drift <= 10.0) or attempt == retries:
+        if (load is None or load <= 0.1) and (drift is None or drift <= 10.0) or attempt >= retries:
             return s
         print(f"# {label} {ranks}: other processes used {load or 0:.2f} cores, host speed moved {drift or 0:.0f} %; "
               "again", flush=True)
-    return None
+        attempt += 1
 
 
 def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
@@ -176,6 +177,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats: at least 1 run per point, got {args.repeats}")
+    if args.retries < 0 or args.wait_idle < 0:
+        parser.error(f"--retries and --wait-idle: 0 or more, got {args.retries} and {args.wait_idle:g}")
     started = time.perf_counter()
     print(load_line("before"))
     print(f"# calibration: {args.calibrate}" + (f", {args.pilot_runs} pilot run(s)" if args.calibrate == "pilot" else ""))
