@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import yaml
 
 from simdist.calibrate.compute_profile import fit_linear, main, measure_profile, profile_document, write_profile
+from simdist.errors import InputError
 from simdist.training import OptimizerConfig, build_workload
 
 
@@ -47,3 +50,19 @@ def test_command_line_writes_a_profile(tmp_path):
     assert main(["--out", str(out), "--models", "mlp", "--batch-sizes", "2,8", "--repeats", "2", "--warmup", "0"]) == 0
     assert set(yaml.safe_load(out.read_text())["models"]) == {"mlp"}
     assert main(["--out", str(out), "--models", "resnet"]) == 2
+
+
+def test_profiles_are_parsed_once_and_reread_when_the_file_changes(tmp_path):
+    from simdist.platform.compute import load_profiles
+
+    path = tmp_path / "host.yaml"
+    path.write_text("device: cpu-test\nmodels:\n  mlp: {t0_s: 0.001, t1_s: 0.0001}\n")
+    first = load_profiles([path])
+    assert load_profiles([path]) == first and first[("cpu-test", "mlp")].t0_s == 0.001
+    path.write_text("device: cpu-test\nmodels:\n  mlp: {t0_s: 0.002, t1_s: 0.0001}\n")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # coarse clocks
+    assert load_profiles([path])[("cpu-test", "mlp")].t0_s == 0.002
+    path.write_text("device: cpu-test\nmodels:\n  mlp: {t0_s: -1, t1_s: 0.0001}\n")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 2 * 10**9))
+    with pytest.raises(InputError, match="t0_s must be >= 0"):
+        load_profiles([path])

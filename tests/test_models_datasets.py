@@ -18,6 +18,7 @@ from simdist.training import (
     MLPConfig,
     OptimizerConfig,
     SyntheticConfig,
+    build_dataset,
     build_workload,
     load_import_model,
     model_info,
@@ -140,6 +141,33 @@ def test_digits_shapes_split_and_seed():
     assert a.train_x.dtype == torch.float32 and a.train_y.dtype == torch.int64
     assert not torch.equal(a.test_y, b.test_y)
     assert abs(float(a.train_x.mean())) < 1e-4
+
+
+def test_a_built_dataset_is_shared_until_written_in_place():
+    first = build_dataset("digits", 3, DigitsConfig())
+    assert build_dataset("digits", 3, DigitsConfig()) is first  # a sweep's points share it
+    assert build_dataset("digits", 4, DigitsConfig()) is not first
+    assert build_dataset("digits", 3, DigitsConfig(test_fraction=0.3)) is not first
+    clean = first.test_x.clone()
+    first.test_x[:2].mul_(0)  # a model writing into its input, through a view
+    rebuilt = build_dataset("digits", 3, DigitsConfig())
+    assert rebuilt is not first and torch.equal(rebuilt.test_x, clean)
+
+
+def test_a_users_dataset_is_built_every_time():
+    calls = []
+
+    def counting(seed, config):
+        calls.append(seed)
+        return DATASETS.get("synthetic")(seed, SyntheticConfig())
+
+    DATASETS.add("counting-test", counting, "counts its builds")
+    try:
+        build_dataset("counting-test", 0, None)
+        build_dataset("counting-test", 0, None)
+    finally:
+        DATASETS._entries.pop("counting-test")
+    assert calls == [0, 0]
 
 
 def test_dataset_configs_are_strict():

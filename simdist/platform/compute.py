@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import yaml
@@ -90,22 +90,45 @@ def load_profiles(paths: Iterable[Path]) -> dict[tuple[str, str], ModelTiming]:
     """Timings keyed by (profile device, model name); later files override earlier ones."""
     timings: dict[tuple[str, str], ModelTiming] = {}
     for path in paths:
-        data = _read_profile(Path(path))
-        for model, entry in data["models"].items():
-            field = f"models.{model}"
-            if not isinstance(entry, dict):
-                raise InputError("must be a mapping with t0_s and t1_s", source=str(path), field=field)
-            try:
-                t0, t1 = float(entry["t0_s"]), float(entry["t1_s"])
-            except (KeyError, TypeError, ValueError):
-                raise InputError("needs numeric t0_s and t1_s (seconds, seconds per sample)",
-                                 source=str(path), field=field) from None
-            if not (math.isfinite(t0) and math.isfinite(t1)) or t0 < 0 or t1 <= 0:
-                raise InputError(f"t0_s must be >= 0 and t1_s > 0, got t0_s={t0}, t1_s={t1}",
-                                 source=str(path), field=field)
-            flops = entry.get("forward_flops_per_sample")
-            timings[(data["device"], str(model))] = ModelTiming(t0, t1, float(flops) if flops else None, str(path))
+        timings.update(_profile_timings(Path(path)))
     return timings
+
+
+_PARSED: dict[tuple[str, str, int, int], tuple[tuple[tuple[str, str], ModelTiming], ...]] = {}
+
+
+def _profile_timings(path: Path) -> tuple[tuple[tuple[str, str], ModelTiming], ...]:
+    """One profile file's timings, parsed once per process for each version of the file (its
+    modification time and size): a sweep builds hundreds of simulations from the same
+    profiles, and parsing YAML cost a tenth of a small run."""
+    try:
+        stat = path.stat()
+    except OSError:
+        stat = None
+    key = (str(path.resolve()), str(path), stat.st_mtime_ns, stat.st_size) if stat is not None else None
+    if key is not None and key in _PARSED:
+        return _PARSED[key]
+    parsed = tuple(_parsed_timings(path, _read_profile(path)))
+    if key is not None:
+        _PARSED[key] = parsed
+    return parsed
+
+
+def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], ModelTiming]]:
+    for model, entry in data["models"].items():
+        field = f"models.{model}"
+        if not isinstance(entry, dict):
+            raise InputError("must be a mapping with t0_s and t1_s", source=str(path), field=field)
+        try:
+            t0, t1 = float(entry["t0_s"]), float(entry["t1_s"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError("needs numeric t0_s and t1_s (seconds, seconds per sample)",
+                             source=str(path), field=field) from None
+        if not (math.isfinite(t0) and math.isfinite(t1)) or t0 < 0 or t1 <= 0:
+            raise InputError(f"t0_s must be >= 0 and t1_s > 0, got t0_s={t0}, t1_s={t1}",
+                             source=str(path), field=field)
+        flops = entry.get("forward_flops_per_sample")
+        yield (data["device"], str(model)), ModelTiming(t0, t1, float(flops) if flops else None, str(path))
 
 
 class ComputeModel:

@@ -10,7 +10,7 @@ for one run.
 from __future__ import annotations
 
 from .data import Batch, EpochSharder, ShardIterator
-from .datasets import DATASETS, Dataset, DigitsConfig, SyntheticConfig
+from .datasets import DATASETS, Dataset, DigitsConfig, SyntheticConfig, build_dataset
 from .gradients import GradientEvaluator, GradientHandle, PendingGradients
 from .models import MODELS, CNNConfig, LayerInfo, MLPConfig, ModelInfo, load_import_model, model_info
 from .optim import Adam, Optimizer, OptimizerConfig, SGD, make_optimizer
@@ -20,7 +20,7 @@ from .workload import Workload, build_workload
 
 __all__ = [
     "Batch", "EpochSharder", "ShardIterator",
-    "DATASETS", "Dataset", "DigitsConfig", "SyntheticConfig",
+    "DATASETS", "Dataset", "DigitsConfig", "SyntheticConfig", "build_dataset",
     "GradientEvaluator", "GradientHandle", "PendingGradients",
     "MODELS", "CNNConfig", "LayerInfo", "MLPConfig", "ModelInfo", "load_import_model", "model_info",
     "Adam", "Optimizer", "OptimizerConfig", "SGD", "make_optimizer",

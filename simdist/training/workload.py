@@ -21,7 +21,7 @@ from torch import nn
 from ..errors import InputError
 from ..seeding import derive_seed
 from .data import Batch, EpochSharder
-from .datasets import DATASETS, Dataset
+from .datasets import DATASETS, Dataset, build_dataset
 from .gradients import GradientEvaluator, PendingGradients
 from .models import MODELS, LayerInfo, ModelInfo, load_import_model, model_info
 from .optim import OptimizerConfig, make_optimizer
@@ -155,7 +155,7 @@ def build_workload(model: str, model_options: dict | None, dataset: str, dataset
     except InputError as err:
         raise err.at(field_prefix="workload.dataset") from None
     data_config = _validated(data_entry.config, dataset_options, "workload.dataset") if data_entry.config else None
-    data = data_entry.factory(seed, data_config)
+    data = build_dataset(dataset, seed, data_config)
     with torch.random.fork_rng(devices=[]):  # module init draws from torch's global generator
         torch.manual_seed(derive_seed(seed, "model-init"))
         module, config = _build_module(model, model_options, data, allow_import)
