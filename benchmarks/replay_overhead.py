@@ -94,15 +94,24 @@ def simulated(workers: int, steps: int, batch: int, algorithm: str = "sync") -> 
     return result.wall_time_s, result.recorder.evals[-1]["test_loss"]
 
 
-def naive_asgd_loop(workers: int, gradients: int, batch: int, seed: int = 0) -> float:
-    """One model and optimizer; each worker's batch in turn: gradient, then an SGD step."""
+def _asgd_setup(workers: int, seed: int):
+    """The asgd workload, a model at its initial weights, and each worker's shard iterator."""
     workload = build_workload("mlp", {"hidden": [128]}, "digits", {}, _optimizer("asgd"), seed)
     model = copy.deepcopy(workload.module)
     torch.nn.utils.vector_to_parameters(workload.initial_params(), model.parameters())
-    config = OPTIMIZERS["asgd"]
-    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
     sharder = EpochSharder(len(workload.dataset.train_y), workers, seed)
-    data = [ShardIterator(sharder, i) for i in range(workers)]
+    return workload, model, [ShardIterator(sharder, i) for i in range(workers)]
+
+
+def _asgd_sgd(model: torch.nn.Module) -> torch.optim.SGD:
+    config = OPTIMIZERS["asgd"]
+    return torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
+
+
+def naive_asgd_loop(workers: int, gradients: int, batch: int, seed: int = 0) -> float:
+    """One model and optimizer; each worker's batch in turn: gradient, then an SGD step."""
+    workload, model, data = _asgd_setup(workers, seed)
+    optimizer = _asgd_sgd(model)
     start = time.perf_counter()
     for i in range(gradients):
         x, y = workload.batch_tensors(data[i % workers].next_batch(batch))
@@ -115,14 +124,9 @@ def naive_asgd_loop(workers: int, gradients: int, batch: int, seed: int = 0) -> 
 def naive_asgd_replicas(workers: int, gradients: int, batch: int, seed: int = 0) -> float:
     """Per-worker replicas around one server model: in turn, each worker computes a gradient on
     the weights it pulled ``workers`` updates ago, the server applies it and the worker pulls."""
-    workload = build_workload("mlp", {"hidden": [128]}, "digits", {}, _optimizer("asgd"), seed)
-    server = copy.deepcopy(workload.module)
-    torch.nn.utils.vector_to_parameters(workload.initial_params(), server.parameters())
+    workload, server, data = _asgd_setup(workers, seed)
     replicas = [copy.deepcopy(server) for _ in range(workers)]
-    config = OPTIMIZERS["asgd"]
-    optimizer = torch.optim.SGD(server.parameters(), lr=config["lr"], momentum=config["momentum"])
-    sharder = EpochSharder(len(workload.dataset.train_y), workers, seed)
-    data = [ShardIterator(sharder, i) for i in range(workers)]
+    optimizer = _asgd_sgd(server)
     shared = [list(zip(replica.parameters(), server.parameters())) for replica in replicas]
     start = time.perf_counter()
     for i in range(gradients):
