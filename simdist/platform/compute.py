@@ -100,7 +100,7 @@ _PARSED: dict[tuple[str, str, int, int], tuple[tuple[tuple[str, str], ModelTimin
 def _profile_timings(path: Path) -> tuple[tuple[tuple[str, str], ModelTiming], ...]:
     """One profile file's timings, parsed once per process for each version of the file (its
     modification time and size): a sweep builds hundreds of simulations from the same
-    profiles, and parsing YAML cost a tenth of a small run."""
+    profiles, and parsing the shipped ones took about 11 ms a run (0.2 ms once parsed)."""
     try:
         stat = path.stat()
     except OSError:
