@@ -152,6 +152,10 @@ def test_a_built_dataset_is_shared_until_written_in_place():
     first.test_x[:2].mul_(0)  # a model writing into its input, through a view
     rebuilt = build_dataset("digits", 3, DigitsConfig())
     assert rebuilt is not first and torch.equal(rebuilt.test_x, clean)
+    for seed in range(10, 20):  # only the most recently used few are kept
+        build_dataset("digits", seed, DigitsConfig())
+    assert build_dataset("digits", 19, DigitsConfig()) is build_dataset("digits", 19, DigitsConfig())
+    assert build_dataset("digits", 3, DigitsConfig()) is not rebuilt
 
 
 def test_a_users_dataset_is_built_every_time():

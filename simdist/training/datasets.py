@@ -116,16 +116,18 @@ def build_dataset(name: str, seed: int, config: object) -> Dataset:
     if entry.factory.__module__ != __name__:  # a user's dataset may read files that change
         return entry.factory(seed, config)
     key = (name, int(seed), config.model_dump_json() if isinstance(config, BaseModel) else repr(config))
-    if key in _BUILT:
-        dataset, versions = _BUILT[key]
-        if _versions(dataset) == versions:
-            return dataset
-    dataset = entry.factory(seed, config)
-    _BUILT[key] = (dataset, _versions(dataset))
+    dataset, versions = _BUILT.pop(key, (None, None))
+    if dataset is None or _versions(dataset) != versions:
+        dataset = entry.factory(seed, config)
+        versions = _versions(dataset)
+    _BUILT[key] = (dataset, versions)  # the most recently used last
+    while len(_BUILT) > _KEEP_BUILT:  # a sweep over seeds or sizes must not keep every dataset
+        del _BUILT[next(iter(_BUILT))]
     return dataset
 
 
 _BUILT: dict[tuple[str, int, str], tuple[Dataset, tuple[int, ...]]] = {}
+_KEEP_BUILT = 4
 
 
 def _versions(dataset: Dataset) -> tuple[int, ...]:
