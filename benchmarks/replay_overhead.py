@@ -123,7 +123,8 @@ def naive_asgd_loop(workers: int, gradients: int, batch: int, seed: int = 0) -> 
 
 def naive_asgd_replicas(workers: int, gradients: int, batch: int, seed: int = 0) -> float:
     """Per-worker replicas around one server model: in turn, each worker computes a gradient on
-    the weights it pulled ``workers`` updates ago, the server applies it and the worker pulls."""
+    the weights it pulled after its last push (``workers - 1`` updates old by now), the server
+    applies it and the worker pulls."""
     workload, server, data = _asgd_setup(workers, seed)
     replicas = [copy.deepcopy(server) for _ in range(workers)]
     optimizer = _asgd_sgd(server)
