@@ -103,15 +103,12 @@ def _profile_timings(path: Path) -> tuple[tuple[tuple[str, str], ModelTiming], .
     profiles, and parsing the shipped ones took about 11 ms a run (0.2 ms once parsed)."""
     try:
         stat = path.stat()
-    except OSError:
-        stat = None
-    key = (str(path.resolve()), str(path), stat.st_mtime_ns, stat.st_size) if stat is not None else None
-    if key is not None and key in _PARSED:
-        return _PARSED[key]
-    parsed = tuple(_parsed_timings(path, _read_profile(path)))
-    if key is not None:
-        _PARSED[key] = parsed
-    return parsed
+    except OSError:  # missing or unreadable: _read_profile names the problem
+        return tuple(_parsed_timings(path, _read_profile(path)))
+    key = (str(path.resolve()), str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = tuple(_parsed_timings(path, _read_profile(path)))
+    return _PARSED[key]
 
 
 def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], ModelTiming]]:
