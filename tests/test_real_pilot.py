@@ -139,13 +139,13 @@ def test_validate_rejects_an_unknown_calibration(tmp_path):
         validate(SCENARIO, 2, tmp_path, pilot_runs=3)
 
 
-def test_two_pilots_average_their_levels_on_the_first_pilots_slope():
+def test_two_pilots_average_their_levels_and_slopes():
     from simdist.real.describe import _mean_level
 
     before = {"t0_s": 0.001, "t1_s": 1e-4, "batch_sizes": [10], "per_worker_median_cpu_s": {0: 0.002}}
-    after = {"t0_s": 0.003, "t1_s": 2e-4, "batch_sizes": [10], "per_worker_median_cpu_s": {0: 0.004}}
+    after = {"t0_s": 0.002, "t1_s": 2e-4, "batch_sizes": [10], "per_worker_median_cpu_s": {0: 0.004}}
     fit = _mean_level([before, after])
-    assert fit["t1_s"] == 1e-4 and fit["per_pilot_level_cpu_s"] == pytest.approx([0.002, 0.004])
+    assert fit["t1_s"] == pytest.approx(1.5e-4) and fit["per_pilot_level_cpu_s"] == pytest.approx([0.002, 0.004])
     assert fit["t0_s"] + fit["t1_s"] * 10 == pytest.approx(0.003)  # the mean level, at the pilots' batch size
     isolated_fallback = {"t0_s": 0.5, "t1_s": 1e-4, "batch_sizes": [10, 20]}  # a pilot without steady steps
     assert _mean_level([before, isolated_fallback]) is before
@@ -211,3 +211,61 @@ def test_speed_change_compares_the_isolated_timing_of_pilot_and_compared_run():
     change = speed_change(pilot, compared, 256)
     assert change["before"] == pytest.approx(10.0) and change["after"] == pytest.approx(50.0)
     assert speed_change(pilot, compared, 64) is None  # that batch size was not timed
+
+
+def _timed(before_ms: float, after_ms: float, sizes=(256, 512)) -> list[dict]:
+    """calibration.json workers: two workers timed at ``sizes``, cost proportional to the size."""
+    def at(level_ms):
+        return {str(n): [level_ms * 1e-3 * n / 256] * 3 for n in sizes}
+    return [{"sizes": list(sizes), "cpu_s": at(before_ms), "cpu_after_s": at(after_ms)} for _ in range(2)]
+
+
+def test_speed_ratio_compares_the_pooled_timings_size_by_size():
+    from simdist.real.describe import speed_ratio
+
+    assert speed_ratio(_timed(5.0, 5.0), _timed(5.5, 5.5)) == pytest.approx(1.1)
+    assert speed_ratio(_timed(5.0, 5.0), _timed(4.0, 4.0, sizes=(512, 1024))) == pytest.approx(0.8)  # 512 alone
+    assert speed_ratio(_timed(5.0, 5.0), _timed(5.0, 5.0, sizes=(64,))) is None  # no size timed in both
+    assert speed_ratio([], _timed(5.0, 5.0)) is None
+
+
+def _pilot_dir(root: Path, name: str, before_ms: float, after_ms: float) -> Path:
+    path = root / name
+    path.mkdir()
+    (path / "calibration.json").write_text(json.dumps({"workers": _timed(before_ms, after_ms)}), encoding="utf-8")
+    return path
+
+
+def test_pilots_whose_host_changed_speed_during_them_are_left_out(tmp_path):
+    from simdist.real.describe import STEADY_LIMIT, _steady
+
+    steady = _pilot_dir(tmp_path, "pilot", 5.0, 5.0 * (1 + STEADY_LIMIT / 2))
+    slowed = _pilot_dir(tmp_path, "pilot-after", 5.0, 8.0)  # the host slowed 1.6x during it: seen for real
+    assert _steady([steady, slowed]) == [steady]
+    assert _steady([slowed, steady]) == [steady]
+    worse = _pilot_dir(tmp_path, "worse", 5.0, 10.0)
+    assert _steady([worse, slowed]) == [slowed]  # none steady: the steadiest rather than nothing
+
+
+def test_a_pilot_fit_scales_as_a_whole_line():
+    from simdist.real.describe import _scaled
+
+    fit = {"t0_s": 1e-3, "t1_s": 1e-5, "batch_sizes": [100], "median_cpu_s": [2e-3],
+           "per_worker_median_cpu_s": {0: 2e-3, 1: 2.2e-3}}
+    scaled = _scaled(fit, 1.5)
+    assert scaled["t0_s"] == pytest.approx(1.5e-3) and scaled["t1_s"] == pytest.approx(1.5e-5)
+    assert scaled["median_cpu_s"] == pytest.approx([3e-3])
+    assert scaled["per_worker_median_cpu_s"] == pytest.approx({0: 3e-3, 1: 3.3e-3})
+    assert _scaled(fit, 1.0) is fit and fit["t0_s"] == 1e-3  # the original is left as it was
+
+
+def test_a_rank_sharing_its_core_sleeps_longer_the_longer_it_waits(monkeypatch):
+    from simdist.real import runtime
+    from simdist.real.runtime import MPIDriver, _RecvRequest
+
+    slept: list[float] = []
+    monkeypatch.setattr(runtime.time, "sleep", slept.append)
+    world = _FakeWorld(late=8)
+    world.spin = False  # ranks outnumber cores: every wake-up takes the core from a computing rank
+    MPIDriver(world).wait(_RecvRequest(world, 0, 1, 0))
+    assert slept == pytest.approx([50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1e-3, 1e-3, 1e-3])

@@ -34,7 +34,10 @@ import yaml
 
 from ..tracefile import span_events
 
-__all__ = ["HostLoad", "describe_run", "link_overrides", "real_slowdown", "sim_slowdown", "speed_change"]
+__all__ = ["HostLoad", "describe_run", "link_overrides", "real_slowdown", "sim_slowdown", "speed_change",
+           "speed_ratio", "STEADY_LIMIT"]
+
+STEADY_LIMIT = 0.10  # a pilot whose host sped up or slowed down more than this across it is not used
 
 
 class HostLoad:
@@ -93,7 +96,7 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
 
 def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
                  pilot_dirs: list[Path] | None = None, nodes: tuple[int, int] | None = None,
-                 wall_level: bool = False) -> tuple[Path, list[str], dict[str, Any]]:
+                 wall_level: bool = False, normalise_speed: bool = True) -> tuple[Path, list[str], dict[str, Any]]:
     """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
 
     ``nodes``: the simulated (nodes, devices per node) when they differ from the scenario's
@@ -108,6 +111,15 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
 
     ``wall_level`` (every worker has a core to itself): the pilots' forward/backward level is
     their wall time, not their CPU time (:func:`~.pilot.pilot_compute`).
+
+    ``normalise_speed``: the host's per-core speed drifts by 10-60 % within a minute (other
+    virtual machines), so a pilot's figures describe the host as it ran the pilot. Every launch
+    times isolated forward/backwards before and after its run; a pilot whose two timings differ
+    by more than :data:`STEADY_LIMIT` saw the host change speed during it and is left out (the
+    steadiest is kept if none is steady), and each kept pilot's CPU figures are multiplied by
+    :func:`speed_ratio` of its timings to those around the compared run: the pilot gives the
+    cost relative to the host's speed, the timing around the compared run gives the speed then
+    (never the compared run's own steps). ``figures`` names the pilots used and their scales.
     """
     from .calibration import fit_compute, host_cpu_per_step, write_profile
     from .pilot import PILOT_WARMUP, pilot_compute, pilot_link
@@ -117,10 +129,15 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     measured = json.loads((source / "calibration.json").read_text(encoding="utf-8"))
     isolated = fit_compute(measured["workers"])
     workers = list(setup.workers)
+    compared = json.loads((real_dir / "calibration.json").read_text(encoding="utf-8"))
     if pilot_dir is not None:
-        fit = _mean_level([pilot_compute(d, workers, isolated, wall=wall_level) for d in pilot_dirs])
-        hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in pilot_dirs]
-        host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] for h in hosts]))}
+        used = _steady(pilot_dirs) if normalise_speed else list(pilot_dirs)
+        scales = [speed_ratio(_timings(d), compared["workers"]) if normalise_speed else None for d in used]
+        scales = [1.0 if s is None else s for s in scales]
+        fit = _mean_level([_scaled(pilot_compute(d, workers, fit_compute(_timings(d)), wall=wall_level), s)
+                           for d, s in zip(used, scales)])
+        hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in used]
+        host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] * s for h, s in zip(hosts, scales)]))}
         link = pilot_link(pilot_dir, workers, measured.get("network")) or _runtime_link(measured.get("network") or {},
                                                                                      pilot_dir)
     else:
@@ -142,10 +159,11 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     if pilot_dir is None:
         figures["from_compared_run"] = ["host_cpu_per_step_s", "server_cpu_per_message_s"]
     else:
-        compared = json.loads((real_dir / "calibration.json").read_text(encoding="utf-8"))
         figures["host_speed_change_pct"] = speed_change(measured["workers"], compared["workers"],
                                                         scenario_obj.workload.batch_size)
-    overrides = _busy_overrides(scenario_obj, setup, pilot_dirs or [real_dir], figures, pilot=pilot_dir is not None)
+        figures.update(pilots_used=[d.name for d in used], pilot_speed_scale=scales)
+    overrides = _busy_overrides(scenario_obj, setup, used if pilot_dir else [real_dir], figures,
+                                pilot=pilot_dir is not None, scales=scales if pilot_dir else None)
     figures["link"] = link or (str(overlay) if overlay else None)
     spec = scenario_obj.platform
     n_nodes, devices = nodes or (spec.nodes, spec.node.devices)
@@ -174,13 +192,14 @@ def speed_change(pilot: list[dict[str, Any]], compared: list[dict[str, Any]], ba
 
 
 def _busy_overrides(scenario_obj: Any, setup: Any, run_dirs: list[Path], figures: dict[str, Any],
-                    pilot: bool) -> list[str]:
+                    pilot: bool, scales: list[float] | None = None) -> list[str]:
     """Busy-time options of the algorithm, from the servers' CPU in ``run_dirs`` (averaged over
-    the runs; updates done elsewhere: 0)."""
+    the runs, each times its entry of ``scales``; updates done elsewhere: 0)."""
     config, overrides = scenario_obj.algorithm_config(), []
     if hasattr(config, "apply_time_per_param"):
         servers = config.resolved_server_ranks(len(setup.workers))
-        per_run = [_server_cpu(run_dir, servers, list(setup.workers), pilot) for run_dir in run_dirs]
+        per_run = [[None if v is None else v * scale for v in _server_cpu(run_dir, servers, list(setup.workers), pilot)]
+                   for run_dir, scale in zip(run_dirs, scales or [1.0] * len(run_dirs))]
         per_message = [float(np.mean(found)) for found in ([v for v in values if v is not None]  # per server
                                                            for values in zip(*per_run)) if found]
         if per_message:
@@ -202,6 +221,57 @@ def _server_cpu(run_dir: Path, servers: list[int], workers: list[int], pilot: bo
             for rank in servers]
 
 
+def speed_ratio(reference: list[dict[str, Any]], target: list[dict[str, Any]]) -> float | None:
+    """How much slower the host ran ``target``'s isolated forward/backwards than ``reference``'s.
+
+    Both are the ``workers`` timings of a ``calibration.json`` (every worker at every size,
+    before and after its run). Per batch size timed in both, the ratio of the medians of all
+    their samples; the result is the median of those ratios (None: no size in common).
+    """
+    def pooled(parts: list[dict[str, Any]], size: str) -> list[float]:
+        return [v for part in parts for key in ("cpu_s", "cpu_after_s") for v in (part.get(key) or {}).get(size, [])]
+
+    sizes = {str(s) for s in reference[0].get("sizes", [])} & {str(s) for s in target[0].get("sizes", [])} \
+        if reference and target else set()
+    ratios = [float(np.median(pooled(target, s)) / np.median(pooled(reference, s))) for s in sorted(sizes)
+              if pooled(reference, s) and pooled(target, s)]
+    return float(np.median(ratios)) if ratios else None
+
+
+def _steady(pilot_dirs: list[Path], limit: float = STEADY_LIMIT) -> list[Path]:
+    """The pilots during which the host kept its speed: isolated timing after within ``limit`` of before.
+
+    A host slowing down in the middle of a pilot (seen: 1.6x for seconds) makes its level wrong
+    and its bracket ambiguous; with no steady pilot, the steadiest.
+    """
+    def change(run_dir: Path) -> float:
+        timings = _timings(run_dir)
+        before = [{**w, "cpu_after_s": {}} for w in timings]
+        after = [{"sizes": w.get("sizes", []), "cpu_s": w.get("cpu_after_s") or {}} for w in timings]
+        ratio = speed_ratio(before, after)
+        return abs(ratio - 1.0) if ratio is not None else 0.0
+
+    changes = [change(d) for d in pilot_dirs]
+    steady = [d for d, c in zip(pilot_dirs, changes) if c <= limit]
+    return steady or [pilot_dirs[int(np.argmin(changes))]]
+
+
+def _timings(run_dir: Path) -> list[dict[str, Any]]:
+    """The isolated forward/backward timings of every worker around the run in ``run_dir``."""
+    return json.loads((run_dir / "calibration.json").read_text(encoding="utf-8"))["workers"]
+
+
+def _scaled(fit: dict[str, Any], scale: float) -> dict[str, Any]:
+    """``fit`` with the line ``t0 + t1 · batch`` (and the level it was put through) times ``scale``."""
+    if scale == 1.0:
+        return fit
+    scaled = {**fit, "t0_s": fit["t0_s"] * scale, "t1_s": fit["t1_s"] * scale,
+              "median_cpu_s": [v * scale for v in fit["median_cpu_s"]]}
+    if "per_worker_median_cpu_s" in fit:
+        scaled["per_worker_median_cpu_s"] = {r: v * scale for r, v in fit["per_worker_median_cpu_s"].items()}
+    return scaled
+
+
 def _mean_level(fits: list[dict[str, Any]]) -> dict[str, Any]:
     """One forward/backward fit from the pilots' fits: their mean level (``t0``) on the first's slope.
 
@@ -211,11 +281,10 @@ def _mean_level(fits: list[dict[str, Any]]) -> dict[str, Any]:
     fits = [fit for fit in fits if "per_worker_median_cpu_s" in fit] or fits[:1]
     if len(fits) == 1:
         return fits[0]
-    t1 = fits[0]["t1_s"]
-    levels = [fit["t0_s"] + t1 * fit["batch_sizes"][0] for fit in fits]
     batch = fits[0]["batch_sizes"][0]
-    level = float(np.mean(levels))
-    return {**fits[0], "t0_s": max(0.0, level - t1 * batch), "median_cpu_s": [level],
+    levels = [fit["t0_s"] + fit["t1_s"] * batch for fit in fits]
+    level, t1 = float(np.mean(levels)), float(np.mean([fit["t1_s"] for fit in fits]))
+    return {**fits[0], "t0_s": max(0.0, level - t1 * batch), "t1_s": t1, "median_cpu_s": [level],
             "per_pilot_level_cpu_s": levels}
 
 
