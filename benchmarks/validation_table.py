@@ -42,8 +42,16 @@ from pathlib import Path
 from simdist.real.validate import validate
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
-COMMON = ["stop.steps=60", "stop.epochs=60", "evaluation.max_samples=200",
-          "workload.model={name: mlp, hidden: [512, 512]}", "workload.batch_size=256"]
+BASE = ["stop.steps=60", "stop.epochs=60", "evaluation.max_samples=200", "workload.model={name: mlp, hidden: [512, 512]}"]
+WORKLOADS = {  # name: (overrides, what it is for)
+    "standard": (["workload.dataset={name: synthetic, samples: 40000, features: 64}", "workload.batch_size=2048"],
+                 "MLP [512, 512], synthetic 64 features, batch 2048: a forward/backward of about 45 ms of CPU, "
+                 "many of the scheduler's time slices"),
+    "short-steps": (["workload.batch_size=256"],
+                    "MLP [512, 512] on digits, batch 256: about 3-6 ms of CPU, the length of a time slice; "
+                    "shows what CFS's slicing does to shared cores"),
+}
+COMMON = BASE + WORKLOADS["standard"][0]
 HETERO = {"asgd": "0;1;1;0", "dbs": "0;1;1;0"}  # 3 workers + server (rank 3) on 2 cores
 
 
@@ -110,7 +118,7 @@ def wait_idle(limit_s: float, threshold: float = 0.1, window_s: float = 3.0) -> 
 
 
 def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, calibrate: str, idle_s: float,
-            retries: int, pilot_runs: int) -> dict | None:
+            retries: int, pilot_runs: int, common: list[str] = COMMON) -> dict | None:
     """One validation of a point; with ``idle_s``, after waiting for an idle host, and again
     while other load or drift spoilt it. None (error printed) if it failed."""
     attempt = 0
@@ -118,7 +126,7 @@ def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, c
         if idle_s:
             wait_idle(idle_s)
         try:
-            s = validate(SCENARIO, ranks, out, overrides=COMMON + sets, affinity=affinity, calibrate=calibrate,
+            s = validate(SCENARIO, ranks, out, overrides=common + sets, affinity=affinity, calibrate=calibrate,
                          pilot_runs=pilot_runs, timeout_s=300, plots=False)
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
@@ -132,14 +140,15 @@ def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, c
 
 
 def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
-          idle_s: float = 0.0, retries: int = 0, pilot_runs: int = 2, repeats: int = 1) -> None:
+          idle_s: float = 0.0, retries: int = 0, pilot_runs: int = 2, repeats: int = 1,
+          common: list[str] = COMMON) -> None:
     """One table row. With ``repeats`` > 1 the point is validated that many times (each in its
     own directory); every run's errors are printed, and the row is the run with the median
     median error, so that one drifted run does not make the row."""
     runs = []
     for k in range(repeats):
         s = measure(label, ranks, sets, out if repeats == 1 else out / f"run{k + 1}", affinity, calibrate, idle_s,
-                    retries, pilot_runs)
+                    retries, pilot_runs, common)
         if s is None:
             return
         runs.append(s)
@@ -173,6 +182,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, metavar="N",
                         help="validate each point N times; print every run, and as the row the run with the "
                              "median median-error")
+    parser.add_argument("--workload", default="standard", choices=tuple(WORKLOADS),
+                        help="what every point trains: " + "; ".join(f"{k}: {v[1]}" for k, v in WORKLOADS.items()))
     parser.add_argument("--out", default="results/validation_table")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -181,6 +192,8 @@ def main(argv=None) -> int:
         parser.error(f"--retries and --wait-idle: 0 or more, got {args.retries} and {args.wait_idle:g}")
     started = time.perf_counter()
     print(load_line("before"))
+    common = BASE + WORKLOADS[args.workload][0]
+    print(f"# workload {args.workload}: {WORKLOADS[args.workload][1]}")
     print(f"# calibration: {args.calibrate}" + (f", {args.pilot_runs} pilot run(s)" if args.calibrate == "pilot" else ""))
     print(HEADER, flush=True)
     for algorithm in args.algorithms.split(","):
@@ -192,13 +205,14 @@ def main(argv=None) -> int:
                 print(f"{algorithm:10} {ranks:5d}  (not applicable)")
                 continue
             point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}", calibrate=args.calibrate,
-                  idle_s=args.wait_idle, retries=args.retries, pilot_runs=args.pilot_runs, repeats=args.repeats)
+                  idle_s=args.wait_idle, retries=args.retries, pilot_runs=args.pilot_runs, repeats=args.repeats,
+                  common=common)
     if not args.no_hetero:
         for algorithm, affinity in HETERO.items():
             if algorithm in args.algorithms.split(","):
                 point(f"{algorithm}-het", 4, overrides(algorithm, 4), Path(args.out) / f"{algorithm}-het",
                       affinity=affinity, calibrate=args.calibrate, idle_s=args.wait_idle, retries=args.retries,
-                      pilot_runs=args.pilot_runs, repeats=args.repeats)
+                      pilot_runs=args.pilot_runs, repeats=args.repeats, common=common)
     print(load_line("after"))
     print(f"# {time.perf_counter() - started:.0f} s")
     return 0
