@@ -104,10 +104,10 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
 
     With ``pilot_dirs`` every figure comes from the pilot runs (:mod:`.pilot`): the forward/backward
     level, the host work per step and a server's work per gradient averaged over them (a pilot
-    before and one after the compared run bracket the host's drift), the slope and the link from
-    the first; without, from the isolated timing around the compared run, and the host work per
-    step and per server message from the compared run's own trace (named in
-    ``figures["from_compared_run"]``).
+    before and one after the compared run bracket the host's drift; each pilot's slope from its
+    own isolated timing), the link from the first; without, from the isolated timing around the
+    compared run, and the host work per step and per server message from the compared run's own
+    trace (named in ``figures["from_compared_run"]``).
 
     ``wall_level`` (every worker has a core to itself): the pilots' forward/backward level is
     their wall time, not their CPU time (:func:`~.pilot.pilot_compute`).
@@ -273,7 +273,7 @@ def _scaled(fit: dict[str, Any], scale: float) -> dict[str, Any]:
 
 
 def _mean_level(fits: list[dict[str, Any]]) -> dict[str, Any]:
-    """One forward/backward fit from the pilots' fits: their mean level (``t0``) on the first's slope.
+    """One forward/backward fit from the pilots' fits: their mean level at the pilots' batch size, their mean slope.
 
     Only fits made from a pilot's own steps count (a pilot without steady steps falls back to
     the isolated fit, which has no level of its own).
