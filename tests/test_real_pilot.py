@@ -229,22 +229,16 @@ def test_speed_ratio_compares_the_pooled_timings_size_by_size():
     assert speed_ratio([], _timed(5.0, 5.0)) is None
 
 
-def _pilot_dir(root: Path, name: str, before_ms: float, after_ms: float) -> Path:
-    path = root / name
-    path.mkdir()
-    (path / "calibration.json").write_text(json.dumps({"workers": _timed(before_ms, after_ms)}), encoding="utf-8")
-    return path
-
-
-def test_pilots_whose_host_changed_speed_during_them_are_left_out(tmp_path):
+def test_pilots_whose_host_changed_speed_during_them_are_left_out():
     from simdist.real.describe import STEADY_LIMIT, _steady
 
-    steady = _pilot_dir(tmp_path, "pilot", 5.0, 5.0 * (1 + STEADY_LIMIT / 2))
-    slowed = _pilot_dir(tmp_path, "pilot-after", 5.0, 8.0)  # the host slowed 1.6x during it: seen for real
-    assert _steady([steady, slowed]) == [steady]
-    assert _steady([slowed, steady]) == [steady]
-    worse = _pilot_dir(tmp_path, "worse", 5.0, 10.0)
-    assert _steady([worse, slowed]) == [slowed]  # none steady: the steadiest rather than nothing
+    steady, slowed, worse = Path("pilot"), Path("pilot-after"), Path("worse")
+    timings = {steady: _timed(5.0, 5.0 * (1 + STEADY_LIMIT / 2)),
+               slowed: _timed(5.0, 8.0),  # the host slowed 1.6x during it: seen for real
+               worse: _timed(5.0, 10.0)}
+    assert _steady({d: timings[d] for d in (steady, slowed)}) == [steady]
+    assert _steady({d: timings[d] for d in (slowed, steady)}) == [steady]
+    assert _steady({d: timings[d] for d in (worse, slowed)}) == [slowed]  # none steady: the steadiest, not nothing
 
 
 def test_a_pilot_fit_scales_as_a_whole_line():

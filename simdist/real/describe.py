@@ -38,6 +38,7 @@ __all__ = ["HostLoad", "describe_run", "link_overrides", "real_slowdown", "sim_s
            "speed_ratio", "STEADY_LIMIT"]
 
 STEADY_LIMIT = 0.10  # a pilot whose host sped up or slowed down more than this across it is not used
+_AROUND = ("cpu_s", "cpu_after_s")  # a launch's isolated timings before and after its run
 
 
 class HostLoad:
@@ -125,16 +126,16 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     from .pilot import PILOT_WARMUP, pilot_compute, pilot_link
 
     pilot_dir = pilot_dirs[0] if pilot_dirs else None
-    source = pilot_dir or real_dir
-    measured = json.loads((source / "calibration.json").read_text(encoding="utf-8"))
+    compared = _calibration(real_dir)
+    measured = _calibration(pilot_dir) if pilot_dir else compared
     isolated = fit_compute(measured["workers"])
     workers = list(setup.workers)
-    compared = json.loads((real_dir / "calibration.json").read_text(encoding="utf-8"))
     if pilot_dir is not None:
-        used = _steady(pilot_dirs) if normalise_speed else list(pilot_dirs)
-        scales = [speed_ratio(_timings(d), compared["workers"]) if normalise_speed else None for d in used]
+        timings = {d: _calibration(d)["workers"] for d in pilot_dirs}
+        used = _steady(timings) if normalise_speed else list(pilot_dirs)
+        scales = [speed_ratio(timings[d], compared["workers"]) if normalise_speed else None for d in used]
         scales = [1.0 if s is None else s for s in scales]
-        fit = _mean_level([_scaled(pilot_compute(d, workers, fit_compute(_timings(d)), wall=wall_level), s)
+        fit = _mean_level([_scaled(pilot_compute(d, workers, fit_compute(timings[d]), wall=wall_level), s)
                            for d, s in zip(used, scales)])
         hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in used]
         host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] * s for h, s in zip(hosts, scales)]))}
@@ -177,12 +178,8 @@ def speed_change(pilot: list[dict[str, Any]], compared: list[dict[str, Any]], ba
     virtual machines), invisibly to ``/proc/stat``; when it moved between the pilot and the
     compared run, the pilot's figures are not the compared run's machine.
     """
-    def median(parts: list[dict[str, Any]], key: str) -> float | None:
-        values = [v for part in parts for v in (part.get(key) or {}).get(str(batch), [])]
-        return float(np.median(values)) if values else None
-
-    base = median(pilot, "cpu_s")
-    before, after = median(compared, "cpu_s"), median(compared, "cpu_after_s")
+    base = _median_timing(pilot, batch, ("cpu_s",))
+    before, after = _median_timing(compared, batch, ("cpu_s",)), _median_timing(compared, batch, ("cpu_after_s",))
     if not base or before is None:
         return None
     change = {"before": 100.0 * (before / base - 1.0)}
@@ -221,44 +218,43 @@ def _server_cpu(run_dir: Path, servers: list[int], workers: list[int], pilot: bo
             for rank in servers]
 
 
-def speed_ratio(reference: list[dict[str, Any]], target: list[dict[str, Any]]) -> float | None:
+def speed_ratio(reference: list[dict[str, Any]], target: list[dict[str, Any]],
+                reference_keys: tuple[str, ...] = _AROUND, target_keys: tuple[str, ...] = _AROUND) -> float | None:
     """How much slower the host ran ``target``'s isolated forward/backwards than ``reference``'s.
 
     Both are the ``workers`` timings of a ``calibration.json`` (every worker at every size,
-    before and after its run). Per batch size timed in both, the ratio of the medians of all
-    their samples; the result is the median of those ratios (None: no size in common).
+    before and after its run; ``*_keys`` pick which). Per batch size timed in both, the ratio
+    of the medians of all their samples; the result is the median of those ratios (None: no
+    size in common).
     """
-    def pooled(parts: list[dict[str, Any]], size: str) -> list[float]:
-        return [v for part in parts for key in ("cpu_s", "cpu_after_s") for v in (part.get(key) or {}).get(size, [])]
-
-    sizes = {str(s) for s in reference[0].get("sizes", [])} & {str(s) for s in target[0].get("sizes", [])} \
-        if reference and target else set()
-    ratios = [float(np.median(pooled(target, s)) / np.median(pooled(reference, s))) for s in sorted(sizes)
-              if pooled(reference, s) and pooled(target, s)]
+    sizes = sorted({str(s) for s in reference[0].get("sizes", [])} & {str(s) for s in target[0].get("sizes", [])}) \
+        if reference and target else []
+    medians = [(_median_timing(reference, s, reference_keys), _median_timing(target, s, target_keys)) for s in sizes]
+    ratios = [after / before for before, after in medians if before and after is not None]
     return float(np.median(ratios)) if ratios else None
 
 
-def _steady(pilot_dirs: list[Path], limit: float = STEADY_LIMIT) -> list[Path]:
-    """The pilots during which the host kept its speed: isolated timing after within ``limit`` of before.
+def _median_timing(parts: list[dict[str, Any]], size: int | str, keys: tuple[str, ...]) -> float | None:
+    """Median of every worker's isolated forward/backward CPU seconds at ``size`` under ``keys`` (None: none)."""
+    values = [v for part in parts for key in keys for v in (part.get(key) or {}).get(str(size), [])]
+    return float(np.median(values)) if values else None
+
+
+def _steady(timings: dict[Path, list[dict[str, Any]]], limit: float = STEADY_LIMIT) -> list[Path]:
+    """The pilots (run directory: its workers' timings) during which the host kept its speed:
+    isolated timing after within ``limit`` of before.
 
     A host slowing down in the middle of a pilot (seen: 1.6x for seconds) makes its level wrong
     and its bracket ambiguous; with no steady pilot, the steadiest.
     """
-    def change(run_dir: Path) -> float:
-        timings = _timings(run_dir)
-        before = [{**w, "cpu_after_s": {}} for w in timings]
-        after = [{"sizes": w.get("sizes", []), "cpu_s": w.get("cpu_after_s") or {}} for w in timings]
-        ratio = speed_ratio(before, after)
-        return abs(ratio - 1.0) if ratio is not None else 0.0
-
-    changes = [change(d) for d in pilot_dirs]
-    steady = [d for d, c in zip(pilot_dirs, changes) if c <= limit]
-    return steady or [pilot_dirs[int(np.argmin(changes))]]
+    ratios = {d: speed_ratio(t, t, ("cpu_s",), ("cpu_after_s",)) for d, t in timings.items()}
+    changes = {d: 0.0 if r is None else abs(r - 1.0) for d, r in ratios.items()}
+    return [d for d, c in changes.items() if c <= limit] or [min(changes, key=changes.get)]
 
 
-def _timings(run_dir: Path) -> list[dict[str, Any]]:
-    """The isolated forward/backward timings of every worker around the run in ``run_dir``."""
-    return json.loads((run_dir / "calibration.json").read_text(encoding="utf-8"))["workers"]
+def _calibration(run_dir: Path) -> dict[str, Any]:
+    """``calibration.json`` of a launch: its workers' isolated timings around the run, the network pattern."""
+    return json.loads((run_dir / "calibration.json").read_text(encoding="utf-8"))
 
 
 def _scaled(fit: dict[str, Any], scale: float) -> dict[str, Any]:
