@@ -5,10 +5,12 @@
                                           [--repeats N] [--out results/validation_table]
 
 Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
-with the algorithm swapped in and a workload whose steps the compute model has to get right:
-an MLP [512, 512] on digits, batch 256 per worker (a forward/backward of about 7-8 ms at one
-torch thread on a recent x86 core; the quickstart MLP [128] at batch 32 takes 0.1 ms, so the
-driver's per-step Python work would dominate whatever the simulator predicts). Parameter-server
+with the algorithm swapped in and a workload whose steps the compute model has to get right
+(``--workload``, see WORKLOADS): by default an MLP [512, 512] on a synthetic 64-feature dataset,
+batch 2048 per worker, a forward/backward of about 45 ms at one torch thread, many of the
+scheduler's time slices long (the quickstart MLP [128] at batch 32 takes 0.1 ms, so the driver's
+per-step Python work would dominate whatever the simulator predicts; steps of one slice leave
+the ranks sharing a core to the scheduler's turns, which processor sharing does not follow). Parameter-server
 algorithms use the last rank as server; daso runs on 2 simulated nodes of ranks/2 ranks, each
 node pinned to half of the cores; nnt needs a ring of >= 3 workers, so its "2" row is a 3-ring.
 The heterogeneous rows (asgd and dbs, 3 workers + server on 2 cores pinned '0;1;1;0': worker 0
@@ -18,7 +20,7 @@ simulator by the pinning alone (validate derives the CPU shares).
 Prints, per point: median and p90 absolute % error of iteration time (first iteration of each
 worker left out), total-time error, the final-loss difference at the common step budget, both
 mean stalenesses, how much CPU other processes used during the real run or its pilot (cores,
-the larger), how far the host's speed moved between the pilot and the compared run (isolated
+the larger), the CPU other virtual machines stole from this one during the real run (cores), how far the host's speed moved between the pilot and the compared run (isolated
 forward/backward timing, largest |%| of before and after the run), the real
 forward/backwards' wall / CPU time against the simulated one, and the replay diagnostic (the
 simulation given the compute cost the run itself measured; see simdist.real.validate). The
@@ -72,7 +74,7 @@ def overrides(algorithm: str, ranks: int) -> list[str] | None:
 
 
 HEADER = (f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>7} {'total %':>8} {'dloss':>9} "
-          f"{'stale real/sim':>15} {'other load':>10} {'drift %':>7} {'wall/cpu real/sim':>18} {'replay med/p90':>15}")
+          f"{'stale real/sim':>15} {'other load':>10} {'steal':>6} {'drift %':>7} {'wall/cpu real/sim':>18} {'replay med/p90':>15}")
 
 
 def row(label: str, ranks: int, s: dict) -> str:
@@ -80,13 +82,15 @@ def row(label: str, ranks: int, s: dict) -> str:
     stale = f"{s['measured_mean_staleness'] or 0:.2f}/{s['predicted_mean_staleness'] or 0:.2f}"
     dloss = s["final_loss_difference"]
     load, drift = other_load(s), drift_pct(s)  # the pilot's load too: it calibrates the simulation
+    steal = s.get("host_steal_cores")
     slow = f"{s.get('measured_compute_wall_over_cpu') or 0:.2f}/{s.get('predicted_compute_wall_over_work') or 0:.2f}"
     replay = s.get("replay")
     adj = f"{replay['median_abs_iteration_error_pct']:.1f}/{replay['p90_abs_iteration_error_pct']:.1f}" \
         if replay else "-"
     return (f"{label:10} {ranks:5d} {s['median_abs_iteration_error_pct']:9.1f} {s['p90_abs_iteration_error_pct']:7.1f} "
             f"{s['total_time_error_pct']:8.1f} {'n/a' if dloss is None else f'{dloss:9.2g}':>9} {stale:>15} "
-            f"{'?' if load is None else f'{load:.2f}':>10} {'-' if drift is None else f'{drift:.0f}':>7} {slow:>18} "
+            f"{'?' if load is None else f'{load:.2f}':>10} {'?' if steal is None else f'{steal:.2f}':>6} "
+            f"{'-' if drift is None else f'{drift:.0f}':>7} {slow:>18} "
             f"{adj:>15}")
 
 

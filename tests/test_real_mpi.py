@@ -42,7 +42,11 @@ def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
     summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, calibrate="isolated", timeout_s=120, plots=False)
     table = _check(tmp_path, summary)
     assert summary["calibration"]["source"] == "isolated" and not (tmp_path / "pilot").exists()
-    assert "host_cpu_per_step_s" in summary["calibration"]["from_compared_run"]  # labelled as such
+    calibration = summary["calibration"]
+    assert "host_cpu_per_step_s" in calibration["from_compared_run"]  # labelled as such
+    charged = calibration["other_threads_cpu_per_step_s"] if calibration["other_threads_cpu_charged"] else 0.0
+    assert calibration["profile_t0_s"] == pytest.approx(calibration["forward_backward"]["t0_s"]
+                                                        + calibration["host_cpu_per_step_s"] + charged)
     assert summary["step_budget"] == 15
     same = table[table["measured_step"] == table["predicted_step"]]
     assert len(same) == len(table)

@@ -90,16 +90,17 @@ def test_collective_costs_are_per_ring_step(tmp_path):
     assert link["from"].startswith("pilot allreduces") and link["latency_s"] == pytest.approx(0.01e-3)
 
 
-def test_pilot_compute_takes_the_level_of_the_pilot_and_the_isolated_slope(tmp_path):
+def test_pilot_compute_takes_the_slowest_workers_level_and_the_isolated_slope(tmp_path):
+    """Peers wait for the slowest worker: its median forward/backward is the level."""
     events = _ps_trace(9)
-    slow = [dict(e, tid=2, args=dict(e["args"], cpu_s=1.5 * e["args"]["cpu_s"])) for e in events
-            if e["cat"] == "compute"]  # a second worker on a core slowed from outside: not the machine's cost
+    slow = [dict(e, tid=2, args=dict(e["args"], cpu_s=1.1 * e["args"]["cpu_s"])) for e in events
+            if e["cat"] == "compute"]  # a second worker on a slower core
     isolated = {"t0_s": 0.5e-3, "t1_s": 15e-6, "r2": 1.0, "median_wall_s": [], "relative_iqr": []}
     fit = pilot_compute(_write(tmp_path, events + slow), [0, 2], isolated, warmup=1)
-    level = 1e-3 + 16e-6 * 256  # the doubled first step is warm-up, left out
-    assert fit["batch_sizes"] == [256] and fit["median_cpu_s"] == [pytest.approx(level)]
-    assert fit["t1_s"] == 15e-6 and fit["t0_s"] + 256 * fit["t1_s"] == pytest.approx(level)
-    assert fit["per_worker_median_cpu_s"][2] == pytest.approx(1.5 * level)
+    fast = 1e-3 + 16e-6 * 256  # the doubled first step is warm-up, left out
+    assert fit["batch_sizes"] == [256] and fit["median_cpu_s"] == [pytest.approx(1.1 * fast)]
+    assert fit["t1_s"] == 15e-6 and fit["t0_s"] + 256 * fit["t1_s"] == pytest.approx(1.1 * fast)
+    assert fit["per_worker_median_cpu_s"] == pytest.approx({0: fast, 2: 1.1 * fast})
     assert pilot_compute(tmp_path, [5], isolated) == isolated  # no steps of these workers: the isolated fit
 
 
@@ -112,6 +113,16 @@ def test_pilot_compute_takes_the_wall_level_for_workers_with_cores_of_their_own(
     assert by_cpu["level_from"] == "cpu" and by_cpu["median_cpu_s"] == [pytest.approx(1e-3 + 16e-6 * 256)]
     assert by_wall["level_from"] == "wall" and by_wall["median_cpu_s"] == [pytest.approx(5e-3)]
     assert by_wall["t0_s"] + 256 * by_wall["t1_s"] == pytest.approx(5e-3)
+
+
+def test_other_threads_cpu_is_the_median_per_worker_and_zero_when_not_recorded(tmp_path):
+    from simdist.real.calibration import other_threads_cpu_per_step
+
+    events = _ps_trace(9)
+    assert other_threads_cpu_per_step(_write(tmp_path, events), [0]) == 0.0  # an older trace: nothing recorded
+    for k, e in enumerate(e for e in events if e["cat"] == "compute"):
+        e["args"]["other_threads_cpu_s"] = 50e-3 if k == 0 else (0.4e-3 if k % 2 else 0.6e-3)
+    assert other_threads_cpu_per_step(_write(tmp_path, events), [0]) == pytest.approx(0.5e-3)  # warm-up left out
 
 
 def test_server_cpu_per_push_counts_the_steady_pushes(tmp_path):

@@ -48,7 +48,7 @@ import torch
 from ..tracefile import span_events
 
 __all__ = ["calibration_sizes", "measure_compute", "fit_compute", "fit_run_compute", "compute_cpu", "host_cpu_per_step",
-           "server_cpu_per_message", "write_profile", "measure_network", "fit_link"]
+           "other_threads_cpu_per_step", "server_cpu_per_message", "write_profile", "measure_network", "fit_link"]
 
 _ROUNDS = 4
 _WARMUP = 2
@@ -146,14 +146,15 @@ def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first
 
 def compute_cpu(result_dir: str | Path, skip_first: int = 0, workers: Sequence[int] | None = None) -> pd.DataFrame:
     """A run's forward/backwards with their thread CPU time and wall time: ``rank, ts, batch,
-    cpu_s, wall_s``, in order per rank, the first ``skip_first`` of each rank left out (only
+    cpu_s, wall_s, other_threads_cpu_s`` (0 where not recorded), in order per rank, the first ``skip_first`` of each rank left out (only
     ``workers``' if given)."""
-    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"], e.get("dur", 0.0) * 1e-6)
+    rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"], e.get("dur", 0.0) * 1e-6,
+             e["args"].get("other_threads_cpu_s", 0.0))
             for e in span_events(result_dir)
             if e.get("cat") == "compute" and (e.get("args") or {}).get("cpu_s")
             and (workers is None or e["tid"] in workers)]
-    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s", "wall_s"]).sort_values(["rank", "ts"],
-                                                                                              kind="stable")
+    frame = pd.DataFrame(rows, columns=["rank", "ts", "batch", "cpu_s", "wall_s", "other_threads_cpu_s"])
+    frame = frame.sort_values(["rank", "ts"], kind="stable")
     return frame[frame.groupby("rank").cumcount() >= skip_first]
 
 
@@ -175,6 +176,20 @@ def host_cpu_per_step(result_dir: str | Path, workers: Sequence[int], skip_first
             per_worker[int(rank)] = float(np.median(steps))
     value = float(np.median(list(per_worker.values()))) if per_worker else 0.0
     return {"host_cpu_s": value, "per_worker": per_worker}
+
+
+def other_threads_cpu_per_step(result_dir: str | Path, workers: Sequence[int], skip_first: int = 1) -> float:
+    """Median CPU seconds a worker's other threads took during one of its forward/backwards.
+
+    The thread that progresses a non-blocking collective while the rank computes (and MPI's
+    copies in it): on a core the rank shares, that CPU is taken from the computing ranks. The
+    median per worker, then over workers; 0 for a run that recorded none.
+    """
+    frame = compute_cpu(result_dir, skip_first, workers)
+    if frame.empty or "other_threads_cpu_s" not in frame:
+        return 0.0
+    per_worker = frame.groupby("rank")["other_threads_cpu_s"].median()
+    return float(per_worker.median())
 
 
 def server_cpu_per_message(result_dir: str | Path, server: int, messages: int) -> float | None:

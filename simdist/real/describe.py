@@ -5,7 +5,9 @@ run needs besides the scenario itself, from a pilot run (:mod:`.pilot`) when the
 else from the timings around the compared run (:mod:`.calibration`) and its trace:
 
 * a compute profile (``compute.profiles``): forward/backward (the pilot's own steps, or the
-  isolated timing before and after the run), plus the host CPU per step (``t0``);
+  isolated timing before and after the run), plus the host CPU per step (``t0``) and, where
+  the level is CPU time (ranks sharing cores), the CPU the rank's other threads took during a
+  forward/backward (the progress thread of an overlapped collective);
 * the busy-time options of the algorithm: a parameter server's ``apply_time_per_param`` from
   its host CPU per message; ``update_time_per_param = 0`` where an algorithm has one (nnt,
   dcs3gd): their updates are real host work already in the host CPU per step;
@@ -17,7 +19,8 @@ else from the timings around the compared run (:mod:`.calibration`) and its trac
   compared run (a check for the reader, not given to the simulation).
 
 Every figure goes into the returned ``figures`` mapping, written to ``validation.json``.
-:class:`HostLoad` measures how much CPU other processes took while the real run ran.
+:class:`HostLoad` measures how much CPU other processes (and other virtual machines) took
+while the real run ran.
 """
 
 from __future__ import annotations
@@ -42,28 +45,32 @@ _AROUND = ("cpu_s", "cpu_after_s")  # a launch's isolated timings before and aft
 
 
 class HostLoad:
-    """CPU cores other processes used on this host while open (``/proc/stat`` minus our children)."""
+    """While open: the CPU cores other processes used on this host (``cores``: ``/proc/stat``
+    minus our children) and the cores the hypervisor gave to other virtual machines while this
+    one wanted them (``steal_cores``: the steal column), which slows every rank unseen."""
 
     def __enter__(self) -> "HostLoad":
         import resource
 
-        self._busy, self._wall = _busy_cpu_s(), time.perf_counter()
+        self._stat, self._wall = _cpu_stat_s(), time.perf_counter()
         self._ours = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.cores: float | None = None
+        self.steal_cores: float | None = None
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import resource
 
-        busy, wall = _busy_cpu_s(), time.perf_counter() - self._wall
+        stat, wall = _cpu_stat_s(), time.perf_counter() - self._wall
         ours = resource.getrusage(resource.RUSAGE_CHILDREN)
         used = (ours.ru_utime - self._ours.ru_utime) + (ours.ru_stime - self._ours.ru_stime)
-        if busy is not None and self._busy is not None and wall > 0:
-            self.cores = max(0.0, (busy - self._busy - used) / wall)
+        if stat is not None and self._stat is not None and wall > 0:
+            self.cores = max(0.0, (stat[0] - self._stat[0] - used) / wall)
+            self.steal_cores = max(0.0, (stat[1] - self._stat[1]) / wall)
 
 
-def _busy_cpu_s() -> float | None:
-    """CPU seconds every core of this host has been busy since boot (None off Linux)."""
+def _cpu_stat_s() -> tuple[float, float] | None:
+    """CPU seconds every core of this host has been busy since boot, and of those stolen (None off Linux)."""
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             fields = stat.readline().split()[1:]
@@ -71,7 +78,9 @@ def _busy_cpu_s() -> float | None:
         return None
     ticks = [int(v) for v in fields]
     idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    steal = ticks[7] if len(ticks) > 7 else 0
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks[:8]) - idle) / tick, steal / tick
 
 
 def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int, devices: int) -> list[str]:
@@ -122,7 +131,7 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     cost relative to the host's speed, the timing around the compared run gives the speed then
     (never the compared run's own steps). ``figures`` names the pilots used and their scales.
     """
-    from .calibration import fit_compute, host_cpu_per_step, write_profile
+    from .calibration import fit_compute, host_cpu_per_step, other_threads_cpu_per_step, write_profile
     from .pilot import PILOT_WARMUP, pilot_compute, pilot_link
 
     pilot_dir = pilot_dirs[0] if pilot_dirs else None
@@ -139,15 +148,19 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
                            for d, s in zip(used, scales)])
         hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in used]
         host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] * s for h, s in zip(hosts, scales)]))}
+        others = float(np.mean([other_threads_cpu_per_step(d, workers, PILOT_WARMUP) * s for d, s in zip(used, scales)]))
         link = pilot_link(pilot_dir, workers, measured.get("network")) or _runtime_link(measured.get("network") or {},
                                                                                      pilot_dir)
     else:
         fit, host = isolated, host_cpu_per_step(real_dir, workers)
+        others = other_threads_cpu_per_step(real_dir, workers)
         link = _runtime_link(measured.get("network") or {}, real_dir)
     how = ("forward/backward of the pilot run's own steps + host CPU per step from its trace" if pilot_dir else
            "forward/backward timed on the real run's workers before and after it + host CPU per step from its trace")
-    profile = write_profile(out / "calibration" / "host-cpu.yaml", setup.workload, fit, host["host_cpu_s"], threads,
-                            f"simdist validate ({how})")
+    charge = fit.get("level_from") != "wall"  # a wall-time level has the other threads' CPU in it already
+    charged = others if charge else 0.0
+    profile = write_profile(out / "calibration" / "host-cpu.yaml", setup.workload, fit, host["host_cpu_s"] + charged,
+                            threads, f"simdist validate ({how})")
     figures = {"source": "pilot" if pilot_dir else "isolated",
                "forward_backward": {k: fit[k] for k in ("t0_s", "t1_s", "r2", "batch_sizes", "median_cpu_s",
                                                          "median_wall_s", "relative_iqr", "per_pilot_level_cpu_s",
@@ -155,10 +168,12 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
                                     if k in fit},
                "isolated_forward_backward": {k: isolated[k] for k in ("t0_s", "t1_s", "batch_sizes", "median_cpu_s")},
                "host_cpu_per_step_s": host["host_cpu_s"], "host_cpu_per_step_by_worker_s": host["per_worker"],
-               "profile_t0_s": fit["t0_s"] + host["host_cpu_s"], "threads": threads,
+               "other_threads_cpu_per_step_s": others, "other_threads_cpu_charged": charge,
+               "profile_t0_s": fit["t0_s"] + host["host_cpu_s"] + charged, "threads": threads,
                "network": measured.get("network")}
     if pilot_dir is None:
-        figures["from_compared_run"] = ["host_cpu_per_step_s", "server_cpu_per_message_s"]
+        figures["from_compared_run"] = ["host_cpu_per_step_s", "other_threads_cpu_per_step_s",
+                                        "server_cpu_per_message_s"]
     else:
         figures["host_speed_change_pct"] = speed_change(measured["workers"], compared["workers"],
                                                         scenario_obj.workload.batch_size)

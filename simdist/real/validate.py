@@ -252,7 +252,8 @@ def _run_pilot(scenario: str | Path, scenario_obj: Any, ranks: int, out: Path, o
     with HostLoad() as load:
         run_real(scenario, ranks, out, overrides=[*overrides, f"stop.steps={steps}"], threads=threads,
                  affinity=affinity, timeout_s=timeout_s, plots=False, calibrate=PILOT_REPEATS)
-    return {"steps": steps, "dir": str(out), "host_foreign_load_cores": load.cores}
+    return {"steps": steps, "dir": str(out), "host_foreign_load_cores": load.cores,
+            "host_steal_cores": load.steal_cores}
 
 
 def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
@@ -323,7 +324,7 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     sim_dir = _simulate(scenario, sim_overrides, out / "sim", plots)
     summary = _compared(real_dir, sim_dir, out / "validation.csv")
     summary.update(affinity=placement.affinity or "not pinned", simulated_platform=placement.overrides(),
-                   calibration=figures, host_foreign_load_cores=load.cores,
+                   calibration=figures, host_foreign_load_cores=load.cores, host_steal_cores=load.steal_cores,
                    measured_compute_wall_over_cpu=real_slowdown(real_dir))
     if "profile_t0_s" in figures:
         summary["predicted_compute_wall_over_work"] = sim_slowdown(sim_dir, figures["profile_t0_s"],
