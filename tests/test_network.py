@@ -197,10 +197,13 @@ def test_lone_flows_finish_as_if_every_flow_were_shared(case, degrade):
     capacity, latency, flows = case
     if degrade is not None and degrade[0] >= len(capacity):
         degrade = None
-    fast_net, fast, fast_end = _run(capacity, latency, flows, degrade=degrade)
-    ref_net, ref, ref_end = _run(capacity, latency, flows, lone_shortcut=False, degrade=degrade)
+    fast_net, fast, _ = _run(capacity, latency, flows, degrade=degrade)
+    ref_net, ref, _ = _run(capacity, latency, flows, lone_shortcut=False, degrade=degrade)
     assert fast == [pytest.approx(t, rel=REL, abs=1e-12) for t in ref]
-    assert fast_end == pytest.approx(ref_end, rel=REL, abs=1e-12)
+    # not the clocks at the end of env.run(): a lone flow that joined the shared ones leaves its
+    # timer queued (SimPy cannot cancel a timeout) and the clock runs on to it, though it does
+    # nothing (a flow started in a degradation window that closes before its bytes move)
+    assert fast_net.idle and ref_net.idle
     assert fast_net.link_bytes == ref_net.link_bytes
     assert fast_net.link_busy_s == [pytest.approx(t, rel=REL, abs=1e-12) for t in ref_net.link_busy_s]
     assert dict(fast_net.received_bytes) == dict(ref_net.received_bytes)

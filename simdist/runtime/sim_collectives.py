@@ -172,8 +172,9 @@ class CollectiveExecution:
     def _measure_alone(self, key: Any, phase):
         env = simpy.Environment()
         network = type(self.network)(env, self.platform.links)
-        env.process(self._run_phase(env, network, key, phase))
-        env.run()
+        # until the phase ends, not until the queue is empty: a lone flow that joined the shared
+        # ones leaves its (then inert) timer queued, and SimPy cannot cancel a timeout
+        env.run(until=env.process(self._run_phase(env, network, key, phase)))
         network.finalize(env.now)
         return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
                 list(network.sent_bytes.items()), list(network.received_bytes.items()))
