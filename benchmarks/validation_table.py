@@ -20,7 +20,8 @@ simulator by the pinning alone (validate derives the CPU shares).
 Prints, per point: median and p90 absolute % error of iteration time (first iteration of each
 worker left out), total-time error, the final-loss difference at the common step budget, both
 mean stalenesses, how much CPU other processes used during the real run or its pilot (cores,
-the larger), the CPU other virtual machines stole from this one during the real run (cores), how far the host's speed moved between the pilot and the compared run (isolated
+the larger), the CPU other virtual machines stole from this one during the real run (cores),
+how far the host's speed moved between the pilot and the compared run (isolated
 forward/backward timing, largest |%| of before and after the run), the real
 forward/backwards' wall / CPU time against the simulated one, and the replay diagnostic (the
 simulation given the compute cost the run itself measured; see simdist.real.validate). The
@@ -74,7 +75,8 @@ def overrides(algorithm: str, ranks: int) -> list[str] | None:
 
 
 HEADER = (f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>7} {'total %':>8} {'dloss':>9} "
-          f"{'stale real/sim':>15} {'other load':>10} {'steal':>6} {'drift %':>7} {'wall/cpu real/sim':>18} {'replay med/p90':>15}")
+          f"{'stale real/sim':>15} {'other load':>10} {'steal':>6} {'drift %':>7} {'wall/cpu real/sim':>18} "
+          f"{'replay med/p90':>15}")
 
 
 def row(label: str, ranks: int, s: dict) -> str:

@@ -146,8 +146,8 @@ def fit_run_compute(result_dir: str | Path, fallback: dict[str, Any], skip_first
 
 def compute_cpu(result_dir: str | Path, skip_first: int = 0, workers: Sequence[int] | None = None) -> pd.DataFrame:
     """A run's forward/backwards with their thread CPU time and wall time: ``rank, ts, batch,
-    cpu_s, wall_s, other_threads_cpu_s`` (0 where not recorded), in order per rank, the first ``skip_first`` of each rank left out (only
-    ``workers``' if given)."""
+    cpu_s, wall_s, other_threads_cpu_s`` (0 where not recorded), in order per rank, the first
+    ``skip_first`` of each rank left out (only ``workers``' if given)."""
     rows = [(e["tid"], e["ts"], e["args"]["batch_size"], e["args"]["cpu_s"], e.get("dur", 0.0) * 1e-6,
              e["args"].get("other_threads_cpu_s", 0.0))
             for e in span_events(result_dir)

@@ -148,7 +148,8 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
                            for d, s in zip(used, scales)])
         hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in used]
         host = {**hosts[0], "host_cpu_s": float(np.mean([h["host_cpu_s"] * s for h, s in zip(hosts, scales)]))}
-        others = float(np.mean([other_threads_cpu_per_step(d, workers, PILOT_WARMUP) * s for d, s in zip(used, scales)]))
+        others = float(np.mean([other_threads_cpu_per_step(d, workers, PILOT_WARMUP) * s
+                                for d, s in zip(used, scales)]))
         link = pilot_link(pilot_dir, workers, measured.get("network")) or _runtime_link(measured.get("network") or {},
                                                                                      pilot_dir)
     else:
