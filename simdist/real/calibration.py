@@ -185,11 +185,8 @@ def other_threads_cpu_per_step(result_dir: str | Path, workers: Sequence[int], s
     copies in it): on a core the rank shares, that CPU is taken from the computing ranks. The
     median per worker, then over workers; 0 for a run that recorded none.
     """
-    frame = compute_cpu(result_dir, skip_first, workers)
-    if frame.empty or "other_threads_cpu_s" not in frame:
-        return 0.0
-    per_worker = frame.groupby("rank")["other_threads_cpu_s"].median()
-    return float(per_worker.median())
+    frame = compute_cpu(result_dir, skip_first, workers)  # 0 where a trace did not record it
+    return float(frame.groupby("rank")["other_threads_cpu_s"].median().median()) if not frame.empty else 0.0
 
 
 def server_cpu_per_message(result_dir: str | Path, server: int, messages: int) -> float | None:
