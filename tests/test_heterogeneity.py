@@ -24,8 +24,8 @@ class Batch:
     size = 10  # one core-second of work at T1
 
 
-def world(node: dict, overrides=(), **compute):
-    platform = Platform(PlatformSpec.model_validate({"node": {"device": {"kind": "cpu"}, **node},
+def world(node: dict, overrides=(), nodes: int = 1, **compute):
+    platform = Platform(PlatformSpec.model_validate({"nodes": nodes, "node": {"device": {"kind": "cpu"}, **node},
                                                      "device_overrides": list(overrides)}))
     model = ComputeModel(platform, {("host-cpu", "m"): ModelTiming(0.0, T1, None, "test")}, model="m",
                          forward_flops_per_sample=1.0, parameter_layers=1, seed=0, **compute)
@@ -68,6 +68,47 @@ def test_processor_sharing_speeds_up_when_a_neighbour_finishes():
 
 def test_alone_on_shared_cores_equals_dedicated():
     assert finish_times(world({"devices": 4, "cores": 4}), [2]) == pytest.approx({2: 1.0})
+
+
+def test_core_sets_share_only_within_a_set():
+    # ranks 0 and 3 pinned to one core, 1 and 2 to another: each pair halves its own core
+    node = {"devices": 4, "core_sets": [{"cores": 1, "devices": [0, 3]}, {"cores": 1, "devices": [1, 2]}]}
+    assert finish_times(world(node), range(4)) == pytest.approx({r: 2.0 for r in range(4)})
+    # rank 0 alone on its set runs at full speed while 1 and 2 share theirs
+    assert finish_times(world(node), [0, 1, 2]) == pytest.approx({0: 1.0, 1: 2.0, 2: 2.0})
+
+
+def test_a_rank_whose_set_mate_waits_has_the_core_alone():
+    # the difference from a fixed cpus share: rank 2 starts 0.5 s late, rank 1 runs alone until then
+    node = {"devices": 3, "core_sets": [{"cores": 1, "devices": [1, 2]}]}
+    ends = finish_times(world(node), [1, 2], starts={2: 0.5})
+    assert ends == pytest.approx({1: 1.5, 2: 2.0})
+    fixed = finish_times(world({"devices": 3}, [{"ranks": [1, 2], "cpus": 0.5}]), [1, 2], starts={2: 0.5})
+    assert fixed == pytest.approx({1: 2.0, 2: 2.5})
+
+
+def test_a_rank_in_no_core_set_keeps_its_cpus():
+    node = {"devices": 3, "core_sets": [{"cores": 1, "devices": [0, 1]}]}
+    ends = finish_times(world(node, [{"ranks": [2], "cpus": 2.0}]), range(3))
+    assert ends == pytest.approx({0: 2.0, 1: 2.0, 2: 0.5})
+
+
+def test_core_sets_repeat_on_every_node():
+    w = world({"devices": 2, "core_sets": [{"cores": 1, "devices": [0, 1]}]}, nodes=2)
+    assert not w.cohort_supported
+    assert finish_times(w, range(4)) == pytest.approx({r: 2.0 for r in range(4)})
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"devices": 2, "cores": 2, "core_sets": [{"cores": 1, "devices": [0]}]}, "cores and core_sets: give one"),
+    ({"devices": 2, "core_sets": [{"cores": 1, "devices": [2]}]}, r"core_sets\[0\].devices: device 2 does not exist"),
+    ({"devices": 2, "core_sets": [{"cores": 1, "devices": [0]}, {"cores": 1, "devices": [0, 1]}]},
+     r"core_sets\[1\].devices: device 0 is already in core_sets\[0\]"),
+    ({"devices": 2, "core_sets": [{"cores": 0, "devices": [0]}]}, "greater than 0"),
+])
+def test_inconsistent_core_sets_are_refused(node, message):
+    with pytest.raises(ValueError, match=message):
+        PlatformSpec.model_validate({"node": node})
 
 
 def test_jitter_has_mean_one_and_is_seeded():

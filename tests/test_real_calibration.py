@@ -36,27 +36,40 @@ def test_affinity_parsing_and_errors():
 def test_auto_placement():
     assert plan("auto", 2, cores=[0, 1]).overrides() == ["platform.node.cores=2"]  # a core each: not pinned
     single = plan("auto", 4, workers=[0, 1, 2], cores=[0, 1])  # 3 workers + a server: consecutive pairs
-    assert single.affinity == "0;0;1;1" and single.core_nodes == 2
-    assert single.overrides() == ["platform.nodes=2", "platform.node.devices=2", "platform.node.cores=1"]
-    ring = plan("auto", 3, cores=[0, 1])  # 3 ranks on 2 cores: round robin, fixed shares
-    assert ring.affinity == "0;1;0" and ring.core_nodes is None
-    assert ring.overrides() == ["platform.node.cores=2", "platform.device_overrides=[{ranks: [0, 2], cpus: 0.5}]"]
+    assert single.affinity == "0;0;1;1"
+    assert single.overrides() == ["platform.node.core_sets=[{cores: 1, devices: [0, 1]}, {cores: 1, devices: [2, 3]}]"]
+    ring = plan("auto", 3, cores=[0, 1])  # 3 ranks on 2 cores: round robin, the node's core sets
+    assert ring.affinity == "0;1;0"
+    assert ring.overrides() == ["platform.node.core_sets=[{cores: 1, devices: [0, 2]}, {cores: 1, devices: [1]}]"]
     nodes = plan("auto", 4, nodes=2, cores=[0, 1])  # daso 2 x 2: node n pinned to core n
     assert nodes.affinity == "0;0;1;1" and nodes.overrides() == ["platform.node.cores=1"]
     spread = plan("auto", 2, nodes=2, cores=[0, 1])  # one rank per node: nothing to share, not pinned
     assert spread.affinity == "" and spread.overrides() == ["platform.node.cores=1"]
 
 
-def test_explicit_placement_gives_cpu_shares_of_workers():
+def test_explicit_placement_gives_the_core_sets_of_one_node():
     placement = plan("0;1;1;0", 4, workers=[0, 1, 2], cores=[0, 1])
-    assert placement.cpus == {1: 0.5, 2: 0.5}  # the server (rank 3) is not counted as sharing core 0
-    assert placement.overrides() == ["platform.node.cores=2",
-                                     "platform.device_overrides=[{ranks: [1, 2], cpus: 0.5}]"]
+    assert placement.cpus == {} and placement.core_sets == ((1, (0, 3)), (1, (1, 2)))  # the server beside worker 0
+    assert placement.overrides() == ["platform.node.core_sets=[{cores: 1, devices: [0, 3]}, {cores: 1, devices: [1, 2]}]"]
     with pytest.raises(InputError, match="equal or disjoint"):
         plan("0;0,1", 2, cores=[0, 1])
-    blocks = plan("1;1;0;0", 4, cores=[0, 1])  # consecutive blocks on their own cores: a simulated node each
-    assert blocks.core_nodes == 2 and blocks.cpus == {}
-    assert plan("0;0;0;1", 4, cores=[0, 1]).core_nodes is None  # unequal blocks: fixed shares
+    uneven = plan("0;0;0;1", 4, cores=[0, 1])
+    assert uneven.cpus == {} and uneven.core_sets == ((1, (0, 1, 2)), (1, (3,)))
+    threads = plan("0,1;0,1;0,1;2,3", 4, threads=2, cores=[0, 1, 2, 3])  # two torch threads use two cores
+    assert threads.core_sets == ((2, (0, 1, 2)), (2, (3,))) and threads.cpus == {r: 2.0 for r in range(4)}
+    alone = plan("0,1;2,3", 2, threads=1, cores=[0, 1, 2, 3])  # nobody shares: one pool, one core per thread
+    assert alone.core_sets is None and alone.overrides() == ["platform.node.cores=4"]
+
+
+def test_placement_overrides_load_as_a_platform():
+    from pathlib import Path
+
+    from simdist.scenario import load_scenario
+
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+    placement = plan("0;1;1;0", 4, workers=[0, 1, 2], cores=[0, 1])
+    node = load_scenario(scenario, ["platform.node.devices=4", *placement.overrides()]).platform.node
+    assert node.cores is None and [(s.cores, s.devices) for s in node.core_sets] == [(1, [0, 3]), (1, [1, 2])]
 
 
 def test_only_ranks_with_a_core_of_their_own_spin():

@@ -19,7 +19,7 @@ from ..units import parse_bandwidth, parse_flops, parse_time
 from .devices import DEVICE_KINDS
 from .links import LINK_KINDS
 
-__all__ = ["LinkSpec", "DeviceSpec", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
+__all__ = ["LinkSpec", "DeviceSpec", "CoreSet", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
            "Seconds", "BytesPerSecond", "FlopsPerSecond"]
 
 
@@ -81,6 +81,14 @@ class DeviceSpec(_Frozen):
         return self
 
 
+class CoreSet(_Frozen):
+    """Cores of a node that some of its cpu ranks are pinned to (``taskset``): they share them alone."""
+
+    cores: float = Field(gt=0, description="cores in the set")
+    devices: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, description="the node's devices (local ranks 0..devices-1) pinned to the set")
+
+
 class NodeSpec(_Frozen):
     """One node: its devices, intra-node interconnect and NICs."""
 
@@ -88,9 +96,36 @@ class NodeSpec(_Frozen):
     device: DeviceSpec = Field(default_factory=DeviceSpec)
     cores: float | None = Field(None, gt=0, description="CPU cores the node's cpu ranks share (processor sharing); "
                                 "default: every rank has its cpus to itself")
+    core_sets: list[CoreSet] | None = Field(
+        None, description="instead of cores: the node's cores split into pinned sets, each shared (processor "
+        "sharing) by the devices pinned to it; a device in no set has its cpus to itself")
     intra_link: LinkSpec = Field(LinkSpec(kind="shm"), description="device ↔ node interconnect port, per device")
     nics: int = Field(1, ge=1, description="network interfaces per node; device k uses NIC k mod nics")
     nic_link: LinkSpec = Field(LinkSpec(kind="ib-hdr"), description="NIC ↔ fabric link, per NIC")
+
+    @model_validator(mode="after")
+    def _core_sets_consistent(self):
+        if self.core_sets is None:
+            return self
+        if self.cores is not None:
+            raise ValueError("cores and core_sets: give one (core_sets already says how many cores each set has)")
+        seen: dict[int, int] = {}
+        for i, core_set in enumerate(self.core_sets):
+            for device in core_set.devices:
+                if device >= self.devices:
+                    raise ValueError(f"core_sets[{i}].devices: device {device} does not exist "
+                                     f"(a node has devices 0..{self.devices - 1})")
+                if device in seen:
+                    raise ValueError(f"core_sets[{i}].devices: device {device} is already in core_sets[{seen[device]}];"
+                                     " a device is pinned to one set")
+                seen[device] = i
+        return self
+
+    @property
+    def shares_cores(self) -> bool:
+        """Whether the node's cpu ranks share cores (``cores`` or ``core_sets``): compute rates then
+        depend on what the other ranks do from moment to moment."""
+        return self.cores is not None or self.core_sets is not None
 
 
 class FabricSpec(_Frozen):

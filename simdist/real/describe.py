@@ -12,9 +12,8 @@ else from the timings around the compared run (:mod:`.calibration`) and its trac
   its host CPU per message; ``update_time_per_param = 0`` where an algorithm has one (nnt,
   dcs3gd): their updates are real host work already in the host CPU per step;
 * the intra-node link: the pilot's own messages or allreduces, or the runtime's calibration
-  pattern; between simulated "nodes" of one host (daso; core sets described as nodes) the
-  NIC link is the same memory, one NIC per rank. Without network figures, the MPI ping-pong
-  fit of ``calibration/platforms/host-shm.yaml`` (or ``--network-overlay``) is used;
+  pattern; between simulated "nodes" of one host (daso) the NIC link is the same memory, one
+  NIC per rank. Without network figures, the MPI ping-pong fit of ``calibration/platforms/host-shm.yaml`` (or ``--network-overlay``) is used;
 * with a pilot, :func:`speed_change`: how far the host's speed moved between the pilot and the
   compared run (a check for the reader, not given to the simulation).
 
@@ -105,12 +104,8 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
 
 
 def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
-                 pilot_dirs: list[Path] | None = None, nodes: tuple[int, int] | None = None,
-                 wall_level: bool = False, normalise_speed: bool = True) -> tuple[Path, list[str], dict[str, Any]]:
+                 pilot_dirs: list[Path] | None = None, wall_level: bool = False, normalise_speed: bool = True) -> tuple[Path, list[str], dict[str, Any]]:
     """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
-
-    ``nodes``: the simulated (nodes, devices per node) when they differ from the scenario's
-    (core sets described as nodes, :mod:`.placement`).
 
     With ``pilot_dirs`` every figure comes from the pilot runs (:mod:`.pilot`): the forward/backward
     level, the host work per step and a server's work per gradient averaged over them (a pilot
@@ -183,8 +178,7 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
                                 pilot=pilot_dir is not None, scales=scales if pilot_dir else None)
     figures["link"] = link or (str(overlay) if overlay else None)
     spec = scenario_obj.platform
-    n_nodes, devices = nodes or (spec.nodes, spec.node.devices)
-    return profile, overrides + link_overrides(link, overlay, n_nodes, devices), figures
+    return profile, overrides + link_overrides(link, overlay, spec.nodes, spec.node.devices), figures
 
 
 def speed_change(pilot: list[dict[str, Any]], compared: list[dict[str, Any]], batch: int) -> dict[str, float] | None:

@@ -4,8 +4,8 @@ A real run on one host shares its cores among the ranks; the simulation has to b
 same sharing, or it predicts another machine. :func:`plan` turns an affinity request into a
 :class:`Placement`: the cores each rank may run on (``os.sched_setaffinity`` in the rank), and
 the platform fields that describe that to the simulator (``platform.node.cores``: the cores
-the ranks of a node share by processor sharing; ``platform.device_overrides`` with ``cpus``:
-a rank's share where ranks are pinned to fewer cores than they need).
+the ranks of a node share by processor sharing; ``platform.node.core_sets``: the sets of cores
+ranks are pinned to, each shared by its own ranks).
 
 Requests:
 
@@ -22,11 +22,12 @@ Requests:
 * an explicit list, ``'0;1;1;0'`` (one ``,``-list of cores per rank, ``;``-separated, repeated
   if shorter than the ranks): pinned as given.
 
-Pinned ranks on the same core set share it (one node): a worker's ``cpus`` is the set's cores
-over the workers on it (at most its torch threads); the sets of different ranks must be equal
-or disjoint. Servers are not counted as sharing — they wait most of the time; their update
-work is charged as busy time. The share is exact while the workers on a set all compute; when
-one waits the other has the core alone for real, while the simulator keeps it at its share.
+Pinned ranks on the same core set share it; the sets of different ranks must be equal or
+disjoint. Where workers share cores, the pinning is described as the node's
+``platform.node.core_sets``: the cores of each set shared from moment to moment by the ranks
+on it (a server's update work competing with the worker beside it), so that a worker whose
+core-mate waits has the core alone, as for real, instead of a fixed share. A worker whose
+torch threads are fewer than its set's cores is capped at its threads (``cpus``).
 
 A rank *spins* while it waits only when it has a core to itself (no other rank may use any of
 its cores); otherwise it sleeps between tests so the computing ranks get the cores.
@@ -71,15 +72,16 @@ class Placement:
     sets: tuple[frozenset[int], ...] | None
     cores_per_node: float
     cpus: dict[int, float]  # rank -> CPU share, where it differs from 1
-    core_nodes: int | None = None  # simulated nodes, one per core set, when the sets are described so
+    core_sets: tuple[tuple[int, tuple[int, ...]], ...] | None = None  # (cores, ranks) per set of one node
 
     def overrides(self) -> list[str]:
-        """``--set`` items for the simulation: nodes per core set (if so described), their cores, the shares."""
+        """``--set`` items for the simulation: the node's cores or its core sets, the ranks' caps."""
         items = []
-        if self.core_nodes:
-            ranks = len(self.sets or ())
-            items += [f"platform.nodes={self.core_nodes}", f"platform.node.devices={ranks // self.core_nodes}"]
-        items.append(f"platform.node.cores={self.cores_per_node:g}")
+        if self.core_sets:
+            listed = ", ".join(f"{{cores: {cores}, devices: {list(ranks)}}}" for cores, ranks in self.core_sets)
+            items.append(f"platform.node.core_sets=[{listed}]")
+        else:
+            items.append(f"platform.node.cores={self.cores_per_node:g}")
         if self.cpus:
             groups: dict[float, list[int]] = {}
             for rank, share in sorted(self.cpus.items()):
@@ -124,14 +126,18 @@ def _auto(ranks: int, nodes: int, cores: list[int]) -> list[frozenset[int]] | No
     return [frozenset(cores[(r // per_node_ranks) * per:(r // per_node_ranks + 1) * per]) for r in range(ranks)]
 
 
-def _shares(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int) -> dict[int, float]:
-    """CPU share of every worker pinned to fewer cores than the workers on them need."""
+def _check_disjoint(sets: Sequence[frozenset[int]]) -> None:
     for a in sets:
         for b in sets:
             if a & b and a != b:
                 raise InputError("affinity: the core sets of different ranks must be equal or disjoint to be "
                                  f"described to the simulator ({sorted(a)} and {sorted(b)} overlap)",
                                  source="--affinity")
+
+
+def _shares(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int) -> dict[int, float]:
+    """CPU share of every worker pinned to fewer cores than the workers on them need (several nodes)."""
+    _check_disjoint(sets)
     shares = {}
     for rank in workers:
         on_set = sum(1 for w in workers if sets[w] == sets[rank])
@@ -139,6 +145,17 @@ def _shares(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int
         if share != 1.0:
             shares[rank] = share
     return shares
+
+
+def _core_sets(sets: Sequence[frozenset[int]]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(cores, ranks) of every distinct core set, in the order of its first rank."""
+    _check_disjoint(sets)
+    return tuple((len(s), tuple(r for r, mine in enumerate(sets) if mine == s)) for s in dict.fromkeys(sets))
+
+
+def _thread_caps(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int) -> dict[int, float]:
+    """``cpus`` of every worker whose set has more cores than its torch threads use."""
+    return {rank: float(min(threads, len(sets[rank]))) for rank in workers if min(threads, len(sets[rank])) != 1}
 
 
 def plan(request: str | None, ranks: int, *, nodes: int = 1, workers: Sequence[int] | None = None,
@@ -156,30 +173,11 @@ def plan(request: str | None, ranks: int, *, nodes: int = 1, workers: Sequence[i
     if sets is None:
         return Placement("", None, len(cores) / nodes, {})
     used = sorted(set().union(*sets))
-    node_size = ranks // nodes
-    per_node = max(len(set().union(*sets[n * node_size:(n + 1) * node_size])) for n in range(nodes))
-    shares = _shares(sets, workers, threads) if nodes == 1 else {}
-    blocks = _blocks(sets) if nodes == 1 and shares else None
-    if blocks:
-        return Placement(_spec(sets), tuple(sets), float(len(sets[0])), {}, blocks)
-    cores_per_node = float(per_node if nodes > 1 else len(used))
-    return Placement(_spec(sets), tuple(sets), cores_per_node, shares)
-
-
-def _blocks(sets: Sequence[frozenset[int]]) -> int | None:
-    """How many equal blocks of consecutive ranks on equal, disjoint core sets the ranks form (None: not so).
-
-    Such a placement is described as one simulated node per block with the block's cores
-    (``platform.nodes``, ``platform.node.cores``): the simulator then shares each core set
-    among its ranks from moment to moment — a rank whose core-mate waits has the core alone,
-    as for real — instead of a fixed share per rank. Messages between simulated nodes cost what
-    they cost within one (:func:`~.describe.link_overrides` gives the NICs the same link).
-    """
-    distinct = list(dict.fromkeys(sets))
-    n = len(distinct)
-    if n < 2 or len(sets) % n or len({len(s) for s in distinct}) != 1:
-        return None
-    size = len(sets) // n
-    if any(sets[r] != distinct[r // size] for r in range(len(sets))):
-        return None
-    return n
+    if nodes > 1:
+        node_size = ranks // nodes
+        per_node = max(len(set().union(*sets[n * node_size:(n + 1) * node_size])) for n in range(nodes))
+        return Placement(_spec(sets), tuple(sets), float(per_node), {})
+    if not _shares(sets, workers, threads):  # no worker shares its cores: one pool of every used core
+        return Placement(_spec(sets), tuple(sets), float(len(used)), {})
+    return Placement(_spec(sets), tuple(sets), float(len(used)), _thread_caps(sets, workers, threads),
+                     core_sets=_core_sets(sets))

@@ -294,7 +294,6 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     scenario_obj, overlay = _checked(scenario, overrides, profile, overlay)
     spec, n_threads = scenario_obj.platform, threads or scenario_obj.compute.threads
     placement = plan(affinity, ranks, nodes=spec.nodes, workers=range(scenario_obj.worker_count), threads=n_threads)
-    sim_nodes = (placement.core_nodes, ranks // placement.core_nodes) if placement.core_nodes else None
     piloted = profile is None and calibrate == "pilot"
 
     def pilot(name: str) -> dict[str, Any]:
@@ -312,15 +311,15 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     if profile is None:
         own_cores = all(rank_spins(r, ranks, placement.affinity) for r in range(scenario_obj.worker_count))
         profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay,
-                                               [Path(p["dir"]) for p in pilots], sim_nodes, wall_level=own_cores)
+                                               [Path(p["dir"]) for p in pilots], wall_level=own_cores)
         if pilots:
             figures["pilot"] = pilots[0]
             figures.update({"pilot_after": pilots[1]} if len(pilots) > 1 else {})
     else:
-        extra, figures = link_overrides(None, overlay, *(sim_nodes or (spec.nodes, spec.node.devices))), \
+        extra, figures = link_overrides(None, overlay, spec.nodes, spec.node.devices), \
             {"profile": str(profile)}
     sim_overrides = [*overrides, f"compute.profiles=[{Path(profile).resolve()}]", *placement.overrides(), *extra,
-                     *([f"platform.node.cores={cores:g}"] if cores else [])]
+                     *(["platform.node.core_sets=null", f"platform.node.cores={cores:g}"] if cores else [])]
     sim_dir = _simulate(scenario, sim_overrides, out / "sim", plots)
     summary = _compared(real_dir, sim_dir, out / "validation.csv")
     summary.update(affinity=placement.affinity or "not pinned", simulated_platform=placement.overrides(),

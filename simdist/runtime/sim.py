@@ -44,6 +44,16 @@ class _RecvWaiter:
     request: Request
 
 
+@dataclass(frozen=True)
+class _CoreSharing:
+    """Shared cores as a flow network: per rank its route (CPU-share cap, then its core pool if
+    it has one) and its pool (None: the rank's cpus are its own)."""
+
+    network: FlowNetwork
+    routes: list[tuple[Link, ...]]
+    pools: list[Link | None]
+
+
 GradientSource = Callable[[int, Any, Any], Callable[[], tuple[Any, float | None]]]
 
 
@@ -68,27 +78,36 @@ class SimWorld(CollectiveExecution):
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(platform)
-        self._computing_on_node: dict[int, int] = {}
+        self._computing_in_pool: dict[int, int] = {}  # core pool (link id) -> its ranks computing now
         self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
         self.crash_possible = False  # set when the run schedules node crashes (rules out cohorts)
         self.network_exclusive = False  # set when one cohort is all the traffic and links never change
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
         self._init_collectives()
 
-    def _core_sharing(self, platform: Platform) -> tuple[FlowNetwork, list[tuple[Link, Link]]] | None:
-        """Processor sharing of node cores: a flow network of rank caps and per-node core pools."""
-        cores = platform.spec.node.cores
-        if cores is None:
+    def _core_sharing(self, platform: Platform) -> _CoreSharing | None:
+        """Processor sharing of node cores: a flow network of rank caps and core pools (one per
+        node with ``node.cores``, one per set and node with ``node.core_sets``)."""
+        node = platform.spec.node
+        if not node.shares_cores:
             return None
+        sets = [(node.cores, list(range(node.devices)))] if node.core_sets is None else \
+            [(core_set.cores, core_set.devices) for core_set in node.core_sets]
         links: list[Link] = []
-        pools = [Link(len(links) + n, f"n{n}.cores", "cores", 0.0, cores) for n in range(platform.spec.nodes)]
-        links.extend(pools)
-        routes = []
+        pool_of: dict[int, Link] = {}
+        for n in range(platform.spec.nodes):
+            for k, (cores, local_ranks) in enumerate(sets):
+                pool = Link(len(links), f"n{n}.cores{k}", "cores", 0.0, cores)
+                links.append(pool)
+                pool_of.update({n * node.devices + local: pool for local in local_ranks})
+        routes, pools = [], []
         for device in platform.devices:
             cap = Link(len(links), f"rank{device.rank}.cpus", "cpu-share", 0.0, device.cpus or 1.0)
             links.append(cap)
-            routes.append((cap, pools[device.node]))
-        return FlowNetwork(self.env, links), routes
+            pool = pool_of.get(device.rank)
+            routes.append((cap, pool) if pool is not None else (cap,))
+            pools.append(pool)
+        return _CoreSharing(FlowNetwork(self.env, links), routes, pools)
 
     def runtime(self, rank: int) -> "SimRuntime":
         if not 0 <= rank < self.platform.size:
@@ -105,8 +124,8 @@ class SimWorld(CollectiveExecution):
     def cohort_supported(self) -> bool:
         """Whether ranks can move as one cohort with the same results as one process each.
 
-        Not when node cores are shared (a rank's compute rate depends on what its node's other
-        ranks do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
+        Not when node cores are shared (a rank's compute rate depends on what the ranks sharing
+        its cores do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
         """
         return self._cores is None and not self.crash_possible
 
@@ -178,32 +197,43 @@ class SimWorld(CollectiveExecution):
         return request
 
     def _shared_compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
-        """Compute as work on the node's shared cores; its duration emerges from the sharing.
+        """Compute as work on the rank's shared cores; its duration emerges from the sharing.
 
         ``at_fraction`` uses the duration estimated at the start (the rank's fair share then).
         """
         env, start = self.env, self.env.now
         batch_size, device = int(batch.size), self.platform.devices[rank]
-        network, routes = self._cores
         work = self.compute_model.work_core_s(rank, batch_size, start)
-        busy = self._computing_on_node.get(device.node, 0) + 1
-        self._computing_on_node[device.node] = busy
-        estimate = work / min(device.cpus or 1.0, self.platform.spec.node.cores / busy)
+        estimate = work / self._enter_pool(rank)
         request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=estimate, env=env,
                                  resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
                                  grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + estimate
 
         def finish() -> None:
-            self._computing_on_node[device.node] -= 1
+            self._leave_pool(rank)
             self._compute_until[rank] = env.now
             if request._result is None:
                 request.duration_s = env.now - start
             self.recorder.span(rank, "compute", "forward/backward", start, env.now, batch_size=batch_size)
             request.event.succeed(request.partial_result())
 
-        network.transfer_then(routes[rank], work, finish, latency_s=0.0)
+        self._cores.network.transfer_then(self._cores.routes[rank], work, finish, latency_s=0.0)
         return request
+
+    def _enter_pool(self, rank: int) -> float:
+        """Count ``rank`` as computing on its cores; its rate (cores) if nothing else changes."""
+        cap, pool = self.platform.devices[rank].cpus or 1.0, self._cores.pools[rank]
+        if pool is None:
+            return cap
+        busy = self._computing_in_pool.get(pool.index, 0) + 1
+        self._computing_in_pool[pool.index] = busy
+        return min(cap, pool.bandwidth_Bps / busy)
+
+    def _leave_pool(self, rank: int) -> None:
+        pool = self._cores.pools[rank]
+        if pool is not None:
+            self._computing_in_pool[pool.index] -= 1
 
     def busy(self, rank: int, duration_s: float, name: str = "busy") -> Request:
         """The rank computes something other than forward/backward (a server's update) for ``duration_s``.
@@ -219,21 +249,20 @@ class SimWorld(CollectiveExecution):
         return Request("busy", name, self.env.timeout(duration_s), start)
 
     def _shared_busy(self, rank: int, duration_s: float, name: str) -> Request:
-        """Busy work on the node's shared cores; its duration emerges from the sharing."""
+        """Busy work on the rank's shared cores; its duration emerges from the sharing."""
         env, start, device = self.env, self.env.now, self.platform.devices[rank]
-        network, routes = self._cores
         request = Request("busy", name, env.event(), start)
-        self._computing_on_node[device.node] = self._computing_on_node.get(device.node, 0) + 1
+        self._enter_pool(rank)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
 
         def finish() -> None:
-            self._computing_on_node[device.node] -= 1
+            self._leave_pool(rank)
             self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
             self.recorder.span(rank, "compute", name, start, env.now)
             request.event.succeed()
 
         work_core_s = duration_s * (device.cpus or 1.0)
-        network.transfer_then(routes[rank], work_core_s, finish, latency_s=0.0)
+        self._cores.network.transfer_then(self._cores.routes[rank], work_core_s, finish, latency_s=0.0)
         return request
 
     # -- point to point ----------------------------------------------------------------
