@@ -50,7 +50,8 @@ def test_auto_placement():
 def test_explicit_placement_gives_the_core_sets_of_one_node():
     placement = plan("0;1;1;0", 4, workers=[0, 1, 2], cores=[0, 1])
     assert placement.cpus == {} and placement.core_sets == ((1, (0, 3)), (1, (1, 2)))  # the server beside worker 0
-    assert placement.overrides() == ["platform.node.core_sets=[{cores: 1, devices: [0, 3]}, {cores: 1, devices: [1, 2]}]"]
+    assert placement.overrides() == [
+        "platform.node.core_sets=[{cores: 1, devices: [0, 3]}, {cores: 1, devices: [1, 2]}]"]
     with pytest.raises(InputError, match="equal or disjoint"):
         plan("0;0,1", 2, cores=[0, 1])
     uneven = plan("0;0;0;1", 4, cores=[0, 1])

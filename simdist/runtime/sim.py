@@ -202,7 +202,7 @@ class SimWorld(CollectiveExecution):
         ``at_fraction`` uses the duration estimated at the start (the rank's fair share then).
         """
         env, start = self.env, self.env.now
-        batch_size, device = int(batch.size), self.platform.devices[rank]
+        batch_size = int(batch.size)
         work = self.compute_model.work_core_s(rank, batch_size, start)
         estimate = work / self._enter_pool(rank)
         request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=estimate, env=env,
