@@ -23,8 +23,10 @@ mean stalenesses, how much CPU other processes used during the real run or its p
 the larger), the CPU other virtual machines stole from this one during the real run (cores),
 how far the host's speed moved between the pilot and the compared run (isolated
 forward/backward timing, largest |%| of before and after the run), the real
-forward/backwards' wall / CPU time against the simulated one, and the replay diagnostic (the
-simulation given the compute cost the run itself measured; see simdist.real.validate). The
+forward/backwards' wall / CPU time against the simulated one, the replay diagnostic (the
+simulation given the compute cost the run itself measured; see simdist.real.validate), and how
+many compared iterations had another batch size in the simulation (dbs rescales batches from
+the iteration times it sees, so a near tie can go either way in the two runs). The
 host's load averages are printed before and after: on a host shared with other work the real
 times are not the machine's; ``--wait-idle`` and ``--retries`` wait for the host to be idle
 before each point and run a point again when other processes took more than 0.1 core or the
@@ -76,7 +78,7 @@ def overrides(algorithm: str, ranks: int) -> list[str] | None:
 
 HEADER = (f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>7} {'total %':>8} {'dloss':>9} "
           f"{'stale real/sim':>15} {'other load':>10} {'steal':>6} {'drift %':>7} {'wall/cpu real/sim':>18} "
-          f"{'replay med/p90':>15}")
+          f"{'replay med/p90':>15} {'other batch':>11}")
 
 
 def row(label: str, ranks: int, s: dict) -> str:
@@ -93,7 +95,7 @@ def row(label: str, ranks: int, s: dict) -> str:
             f"{s['total_time_error_pct']:8.1f} {'n/a' if dloss is None else f'{dloss:9.2g}':>9} {stale:>15} "
             f"{'?' if load is None else f'{load:.2f}':>10} {'?' if steal is None else f'{steal:.2f}':>6} "
             f"{'-' if drift is None else f'{drift:.0f}':>7} {slow:>18} "
-            f"{adj:>15}")
+            f"{adj:>15} {s.get('iterations_with_other_batch', 0):>11}")
 
 
 def other_load(s: dict) -> float | None:

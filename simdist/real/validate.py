@@ -68,7 +68,7 @@ def _overlap(spans: pd.DataFrame, start: float, end: float) -> float:
 
 
 def iteration_table(result_dir: str | Path) -> pd.DataFrame:
-    """Per worker and iteration: time_s, step, iteration_s, compute_s, comm_s, wait_s, staleness, loss."""
+    """Per worker and iteration: time_s, step, batch_size, iteration_s, compute_s, comm_s, wait_s, staleness, loss."""
     result_dir = Path(result_dir)
     steps = pd.read_csv(result_dir / "steps.csv")
     steps = steps[steps["batch_size"] > 0]  # a worker's own gradients (nnt also logs neighbours' as batch 0)
@@ -82,7 +82,7 @@ def iteration_table(result_dir: str | Path) -> pd.DataFrame:
         for k, (begin, end) in enumerate(zip(starts, starts[1:]), start=1):
             row = own[k - 1] if k <= len(own) else None
             rows.append(dict(worker=int(worker), iteration=k, step=None if row is None else int(row.step), time_s=end,
-                             iteration_s=end - begin,
+                             batch_size=None if row is None else int(row.batch_size), iteration_s=end - begin,
                              compute_s=_overlap(by_kind["compute"], begin, end),
                              comm_s=_overlap(by_kind["comm"], begin, end),
                              wait_s=_overlap(by_kind["wait"], begin, end),
@@ -92,12 +92,18 @@ def iteration_table(result_dir: str | Path) -> pd.DataFrame:
 
 
 def compare(real_dir: str | Path, sim_dir: str | Path) -> pd.DataFrame:
-    """``validation.csv``: measured_* and predicted_* per (worker, iteration), and the % error."""
+    """``validation.csv``: measured_* and predicted_* per (worker, iteration), and the % error.
+
+    Iterations are paired by their index per worker. Where an algorithm's choices depend on
+    timing (dbs rescales a worker's batch from the iteration times it has seen), the two runs
+    can give the same iteration different work: ``measured_batch_size`` and
+    ``predicted_batch_size`` show where.
+    """
     real, sim = iteration_table(real_dir), iteration_table(sim_dir)
     keys = ["worker", "iteration"]
     merged = real.merge(sim, on=keys, how="inner", suffixes=("_measured", "_predicted"))
     out = merged[keys].copy()
-    for column in ("step",) + _COLUMNS + ("staleness", "loss"):
+    for column in ("step", "batch_size") + _COLUMNS + ("staleness", "loss"):
         out[f"measured_{column}"] = merged[f"{column}_measured"]
         out[f"predicted_{column}"] = merged[f"{column}_predicted"]
     out["iteration_error_pct"] = 100.0 * (out["predicted_iteration_s"] - out["measured_iteration_s"]) \
@@ -133,6 +139,7 @@ def summarize(table: pd.DataFrame, real_dir: str | Path, sim_dir: str | Path, *,
         "algorithm": real_summary.get("algorithm"),
         "workers": real_summary.get("workers"),
         "iterations_compared": int(len(steady)),
+        "iterations_with_other_batch": _other_batch(steady),
         "median_abs_iteration_error_pct": float(errors.median()) if len(errors) else None,
         "p90_abs_iteration_error_pct": float(errors.quantile(0.9)) if len(errors) else None,
         "measured_total_s": t_real,
@@ -147,6 +154,12 @@ def summarize(table: pd.DataFrame, real_dir: str | Path, sim_dir: str | Path, *,
         "measured_mean_staleness": real_summary.get("mean_staleness"),
         "predicted_mean_staleness": sim_summary.get("mean_staleness"),
     }
+
+
+def _other_batch(table: pd.DataFrame) -> int:
+    """How many compared iterations had a different batch size in the two runs."""
+    measured, predicted = table["measured_batch_size"], table["predicted_batch_size"]
+    return int((measured.notna() & predicted.notna() & (measured != predicted)).sum())
 
 
 def plot_timelines(real_dir: str | Path, sim_dir: str | Path, path: str | Path, *, max_s: float | None = None) -> Path:
