@@ -13,7 +13,8 @@ else from the timings around the compared run (:mod:`.calibration`) and its trac
   dcs3gd): their updates are real host work already in the host CPU per step;
 * the intra-node link: the pilot's own messages or allreduces, or the runtime's calibration
   pattern; between simulated "nodes" of one host (daso) the NIC link is the same memory, one
-  NIC per rank. Without network figures, the MPI ping-pong fit of ``calibration/platforms/host-shm.yaml`` (or ``--network-overlay``) is used;
+  NIC per rank. Without network figures, the MPI ping-pong fit of
+  ``calibration/platforms/host-shm.yaml`` (or ``--network-overlay``) is used;
 * with a pilot, :func:`speed_change`: how far the host's speed moved between the pilot and the
   compared run (a check for the reader, not given to the simulation).
 
@@ -104,7 +105,8 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
 
 
 def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
-                 pilot_dirs: list[Path] | None = None, wall_level: bool = False, normalise_speed: bool = True) -> tuple[Path, list[str], dict[str, Any]]:
+                 pilot_dirs: list[Path] | None = None, wall_level: bool = False,
+                 normalise_speed: bool = True) -> tuple[Path, list[str], dict[str, Any]]:
     """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
 
     With ``pilot_dirs`` every figure comes from the pilot runs (:mod:`.pilot`): the forward/backward

@@ -136,7 +136,7 @@ def _check_disjoint(sets: Sequence[frozenset[int]]) -> None:
 
 
 def _shares(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int) -> dict[int, float]:
-    """CPU share of every worker pinned to fewer cores than the workers on them need (several nodes)."""
+    """CPU share of every worker whose cores are not one per torch thread of its own (empty: none)."""
     _check_disjoint(sets)
     shares = {}
     for rank in workers:

@@ -78,7 +78,7 @@ class SimWorld(CollectiveExecution):
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(platform)
-        self._computing_in_pool: dict[int, int] = {}  # core pool (link id) -> its ranks computing now
+        self._computing_in_pool: dict[int, int] = {}  # core pool (link index) -> its ranks computing now
         self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
         self.crash_possible = False  # set when the run schedules node crashes (rules out cohorts)
         self.network_exclusive = False  # set when one cohort is all the traffic and links never change
