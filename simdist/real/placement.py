@@ -135,21 +135,14 @@ def _check_disjoint(sets: Sequence[frozenset[int]]) -> None:
                                  source="--affinity")
 
 
-def _shares(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int) -> dict[int, float]:
-    """CPU share of every worker whose cores are not one per torch thread of its own (empty: none)."""
-    _check_disjoint(sets)
-    shares = {}
-    for rank in workers:
-        on_set = sum(1 for w in workers if sets[w] == sets[rank])
-        share = min(float(threads), len(sets[rank]) / on_set)
-        if share != 1.0:
-            shares[rank] = share
-    return shares
+def _workers_share(sets: Sequence[frozenset[int]], workers: Sequence[int], threads: int) -> bool:
+    """Whether some worker's cores are not exactly one per torch thread of its own."""
+    return any(min(float(threads), len(sets[rank]) / sum(1 for w in workers if sets[w] == sets[rank])) != 1.0
+               for rank in workers)
 
 
 def _core_sets(sets: Sequence[frozenset[int]]) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """(cores, ranks) of every distinct core set, in the order of its first rank."""
-    _check_disjoint(sets)
     return tuple((len(s), tuple(r for r, mine in enumerate(sets) if mine == s)) for s in dict.fromkeys(sets))
 
 
@@ -177,7 +170,8 @@ def plan(request: str | None, ranks: int, *, nodes: int = 1, workers: Sequence[i
         node_size = ranks // nodes
         per_node = max(len(set().union(*sets[n * node_size:(n + 1) * node_size])) for n in range(nodes))
         return Placement(_spec(sets), tuple(sets), float(per_node), {})
-    if not _shares(sets, workers, threads):  # no worker shares its cores: one pool of every used core
+    _check_disjoint(sets)
+    if not _workers_share(sets, workers, threads):  # one pool of every used core
         return Placement(_spec(sets), tuple(sets), float(len(used)), {})
     return Placement(_spec(sets), tuple(sets), float(len(used)), _thread_caps(sets, workers, threads),
                      core_sets=_core_sets(sets))
