@@ -2,7 +2,7 @@
 
     python benchmarks/validation_table.py [--ranks 2,4] [--algorithms sync,asgd,...] [--no-hetero]
                                           [--calibrate pilot|isolated] [--pilot-runs 1|2] [--wait-idle S] [--retries N]
-                                          [--repeats N] [--out results/validation_table]
+                                          [--repeats N] [--repeat-real] [--out results/validation_table]
 
 Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
 with the algorithm swapped in and a workload whose steps the compute model has to get right
@@ -32,8 +32,11 @@ times are not the machine's; ``--wait-idle`` and ``--retries`` wait for the host
 before each point and run a point again when other processes took more than 0.1 core or the
 host's speed moved more than 10 % between the pilot and the compared run. ``--repeats N``
 validates every point N times and prints each run's figures; the row is then the run with the
-median median-error (single runs move by 10 points on a shared host). A point that fails
-prints its error and the table goes on.
+median median-error (single runs move by 10 points on a shared host). ``--repeat-real`` runs
+every point for real a second time and prints how far the two real runs differ per iteration
+once the second is scaled to the first's level (``again med/p90``; see
+simdist.real.validate.repeatability): the floor under any prediction's per-iteration error on
+this machine. A point that fails prints its error and the table goes on.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def overrides(algorithm: str, ranks: int) -> list[str] | None:
 
 HEADER = (f"{'algorithm':10} {'ranks':>5} {'median %':>9} {'p90 %':>7} {'total %':>8} {'dloss':>9} "
           f"{'stale real/sim':>15} {'other load':>10} {'steal':>6} {'drift %':>7} {'wall/cpu real/sim':>18} "
-          f"{'replay med/p90':>15} {'other batch':>11}")
+          f"{'replay med/p90':>15} {'other batch':>11} {'again med/p90':>14}")
 
 
 def row(label: str, ranks: int, s: dict) -> str:
@@ -91,11 +94,14 @@ def row(label: str, ranks: int, s: dict) -> str:
     replay = s.get("replay")
     adj = f"{replay['median_abs_iteration_error_pct']:.1f}/{replay['p90_abs_iteration_error_pct']:.1f}" \
         if replay else "-"
+    again = s.get("real_again")
+    floor = f"{again['level_matched_median_abs_iteration_difference_pct']:.1f}/" \
+            f"{again['level_matched_p90_abs_iteration_difference_pct']:.1f}" if again else "-"
     return (f"{label:10} {ranks:5d} {s['median_abs_iteration_error_pct']:9.1f} {s['p90_abs_iteration_error_pct']:7.1f} "
             f"{s['total_time_error_pct']:8.1f} {'n/a' if dloss is None else f'{dloss:9.2g}':>9} {stale:>15} "
             f"{'?' if load is None else f'{load:.2f}':>10} {'?' if steal is None else f'{steal:.2f}':>6} "
             f"{'-' if drift is None else f'{drift:.0f}':>7} {slow:>18} "
-            f"{adj:>15} {s.get('iterations_with_other_batch', 0):>11}")
+            f"{adj:>15} {s.get('iterations_with_other_batch', 0):>11} {floor:>14}")
 
 
 def other_load(s: dict) -> float | None:
@@ -126,7 +132,7 @@ def wait_idle(limit_s: float, threshold: float = 0.1, window_s: float = 3.0) -> 
 
 
 def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, calibrate: str, idle_s: float,
-            retries: int, pilot_runs: int, common: list[str] = COMMON) -> dict | None:
+            retries: int, pilot_runs: int, common: list[str] = COMMON, repeat_real: bool = False) -> dict | None:
     """One validation of a point; with ``idle_s``, after waiting for an idle host, and again
     while other load or drift spoilt it. None (error printed) if it failed."""
     attempt = 0
@@ -135,7 +141,7 @@ def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, c
             wait_idle(idle_s)
         try:
             s = validate(SCENARIO, ranks, out, overrides=common + sets, affinity=affinity, calibrate=calibrate,
-                         pilot_runs=pilot_runs, timeout_s=300, plots=False)
+                         pilot_runs=pilot_runs, repeat_real=repeat_real, timeout_s=300, plots=False)
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"{label:10} {ranks:5d}  FAILED: {' '.join(str(exc).split())[:160]}", flush=True)
             return None
@@ -149,14 +155,14 @@ def measure(label: str, ranks: int, sets: list[str], out: Path, affinity: str, c
 
 def point(label: str, ranks: int, sets: list[str], out: Path, affinity: str = "auto", calibrate: str = "pilot",
           idle_s: float = 0.0, retries: int = 0, pilot_runs: int = 2, repeats: int = 1,
-          common: list[str] = COMMON) -> None:
+          common: list[str] = COMMON, repeat_real: bool = False) -> None:
     """One table row. With ``repeats`` > 1 the point is validated that many times (each in its
     own directory); every run's errors are printed, and the row is the run with the median
     median error, so that one drifted run does not make the row."""
     runs = []
     for k in range(repeats):
         s = measure(label, ranks, sets, out if repeats == 1 else out / f"run{k + 1}", affinity, calibrate, idle_s,
-                    retries, pilot_runs, common)
+                    retries, pilot_runs, common, repeat_real)
         if s is None:
             return
         runs.append(s)
@@ -190,6 +196,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, metavar="N",
                         help="validate each point N times; print every run, and as the row the run with the "
                              "median median-error")
+    parser.add_argument("--repeat-real", action="store_true",
+                        help="run every point for real twice and print how far the two real runs differ per "
+                             "iteration, level-matched (simdist validate --repeat-real)")
     parser.add_argument("--workload", default="standard", choices=tuple(WORKLOADS),
                         help="what every point trains: " + "; ".join(f"{k}: {v[1]}" for k, v in WORKLOADS.items()))
     parser.add_argument("--out", default="results/validation_table")
@@ -214,13 +223,14 @@ def main(argv=None) -> int:
                 continue
             point(algorithm, ranks, sets, Path(args.out) / f"{algorithm}-{ranks}", calibrate=args.calibrate,
                   idle_s=args.wait_idle, retries=args.retries, pilot_runs=args.pilot_runs, repeats=args.repeats,
-                  common=common)
+                  common=common, repeat_real=args.repeat_real)
     if not args.no_hetero:
         for algorithm, affinity in HETERO.items():
             if algorithm in args.algorithms.split(","):
                 point(f"{algorithm}-het", 4, overrides(algorithm, 4), Path(args.out) / f"{algorithm}-het",
                       affinity=affinity, calibrate=args.calibrate, idle_s=args.wait_idle, retries=args.retries,
-                      pilot_runs=args.pilot_runs, repeats=args.repeats, common=common)
+                      pilot_runs=args.pilot_runs, repeats=args.repeats, common=common,
+                      repeat_real=args.repeat_real)
     print(load_line("after"))
     print(f"# {time.perf_counter() - started:.0f} s")
     return 0

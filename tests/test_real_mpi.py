@@ -39,7 +39,8 @@ def _check(out: Path, summary: dict) -> pd.DataFrame:
 
 
 def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
-    summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, calibrate="isolated", timeout_s=120, plots=False)
+    summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, calibrate="isolated", repeat_real=True,
+                       timeout_s=120, plots=False)
     table = _check(tmp_path, summary)
     assert summary["calibration"]["source"] == "isolated" and not (tmp_path / "pilot").exists()
     calibration = summary["calibration"]
@@ -52,6 +53,14 @@ def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
     assert len(same) == len(table)
     assert (same["measured_loss"] - same["predicted_loss"]).abs().max() < 1e-4
     assert summary["measured_mean_staleness"] == 0
+    # the second real run: the same steps and losses (same math), its timing compared with the first's
+    again = summary["real_again"]
+    assert len(load_result_dir(tmp_path / "real-again").steps) == len(load_result_dir(tmp_path / "real").steps)
+    twice = pd.read_csv(tmp_path / "validation_real_again.csv")
+    assert (twice["measured_loss"] - twice["predicted_loss"]).abs().max() < 1e-6
+    assert again["iterations_compared"] == summary["iterations_compared"] and again["level_ratio"] > 0
+    assert 0 <= again["level_matched_median_abs_iteration_difference_pct"] \
+        <= again["level_matched_p90_abs_iteration_difference_pct"]
 
 
 def test_asgd_two_ranks_real_vs_simulated(tmp_path):
@@ -69,3 +78,4 @@ def test_asgd_two_ranks_real_vs_simulated(tmp_path):
     assert len(calibration["forward_backward"].get("per_pilot_level_cpu_s", [0])) == len(used)
     assert calibration["link"]["from"] == "pilot messages" and calibration["server_cpu_per_message_s"] > 0
     assert summary["measured_mean_staleness"] is not None and summary["predicted_mean_staleness"] is not None
+    assert "real_again" not in summary and not (tmp_path / "real-again").exists()  # only when asked for

@@ -3,10 +3,10 @@
     simdist validate SCENARIO --ranks N [--out DIR] [--set KEY=VALUE]... [--threads T]
                      [--affinity auto|none|'0;1;1;0'] [--network-overlay FILE] [--profile FILE]
                      [--cores C] [--calibrate pilot|isolated] [--pilot-runs 1|2] [--pilot-iterations K]
-                     [--timeout-s S] [--no-plots]
+                     [--repeat-real] [--timeout-s S] [--no-plots]
 
 Writes ``DIR/pilot`` and ``DIR/pilot-after`` (the calibrating runs, with ``--calibrate pilot``), ``DIR/real`` and
-``DIR/sim`` (result directories), ``DIR/validation.csv``,
+``DIR/sim`` (result directories; ``DIR/real-again`` with ``--repeat-real``), ``DIR/validation.csv``,
 ``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the summary.
 :func:`add_validate_parser` adds the command and sets ``func`` to the handler.
 """
@@ -47,6 +47,10 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                              "so that a drift of the host's speed is bracketed")
     parser.add_argument("--pilot-iterations", type=int, default=None,
                         help="iterations per worker of the pilot run (default 12; the first 2 are warm-up)")
+    parser.add_argument("--repeat-real", action="store_true",
+                        help="run the scenario for real a second time and compare the two real runs (summary "
+                             "real_again): how far this machine repeats itself per iteration, the floor under "
+                             "the simulation's per-iteration error")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit of the real run")
     parser.add_argument("--no-plots", action="store_true", help="no figures")
     parser.set_defaults(func=_cmd_validate)
@@ -65,8 +69,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
                        affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,
                        cores=args.cores, calibrate=args.calibrate, pilot_iterations=args.pilot_iterations,
-                       pilot_runs=args.pilot_runs,
-                       timeout_s=args.timeout_s,
+                       pilot_runs=args.pilot_runs, repeat_real=args.repeat_real, timeout_s=args.timeout_s,
                        plots=not args.no_plots)
     print(json.dumps(summary, indent=2))
     return 0

@@ -25,6 +25,10 @@ Then it compares the two result directories iteration by iteration:
   difference (sync: the same math, so float noise only), mean staleness of both runs; and
   what the simulation was given (``calibration``) and how busy the host was with other work
   during the real run (``host_foreign_load_cores``, from ``/proc/stat``);
+* with ``repeat_real``, a second real run of the same scenario, seed and placement
+  (``real-again/``, ``validation_real_again.csv``) compared with the first in the same way
+  (:func:`repeatability`): how far the machine repeats itself iteration by iteration, the
+  floor under any prediction's per-iteration error;
 * a diagnostic, ``replay``: the comparison repeated with the simulation given the compute cost
   the real run itself measured (its forward/backwards' CPU time, and the CPU other processes
   took from it; ``sim_replay/``, ``validation_replay.csv``). Not a prediction: it shows what
@@ -44,8 +48,8 @@ from ..errors import InputError
 from ..tracefile import span_events
 from .pilot import PILOT_WARMUP
 
-__all__ = ["iteration_table", "compare", "summarize", "validate", "plot_timelines", "DEFAULT_OVERLAY",
-           "CALIBRATION_REPEATS", "CALIBRATIONS"]
+__all__ = ["iteration_table", "compare", "summarize", "repeatability", "validate", "plot_timelines",
+           "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
 
 _REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OVERLAY = _REPO / "calibration" / "platforms" / "host-shm.yaml"
@@ -156,6 +160,39 @@ def summarize(table: pd.DataFrame, real_dir: str | Path, sim_dir: str | Path, *,
     }
 
 
+def repeatability(table: pd.DataFrame, *, skip_first: int = 1) -> dict[str, Any]:
+    """How far two real runs of one scenario differ per iteration (a :func:`compare` table of
+    the first run as ``measured`` and the second as ``predicted``).
+
+    ``*_abs_iteration_difference_pct`` pair the runs as they are. The host's speed drifts
+    between runs (other virtual machines), which moves every iteration of the second run by
+    the same factor; ``level_ratio`` is that factor (the first run's total iteration time over
+    the second's, over the compared iterations), and ``level_matched_*`` are the differences
+    after the second run is scaled by it. What is left is the run-to-run variation a
+    prediction cannot follow: which of two core-mates got the core first, which worker's
+    message reached the server first. A simulation calibrated to the right level cannot be
+    expected to come closer to one run, iteration by iteration, than another run of the
+    same scenario does.
+    """
+    steady = table[table["iteration"] > skip_first].dropna(subset=["measured_iteration_s", "predicted_iteration_s"])
+    steady = steady[steady["measured_iteration_s"] > 0]
+    if steady.empty:
+        raise ValueError("the two runs have no iteration in common after the warm-up")
+    first, again = steady["measured_iteration_s"], steady["predicted_iteration_s"]
+    level = float(first.sum() / again.sum())
+    raw = (100.0 * (again - first) / first).abs()
+    matched = (100.0 * (again * level - first) / first).abs()
+    return {
+        "iterations_compared": int(len(steady)),
+        "iterations_with_other_batch": _other_batch(steady),
+        "median_abs_iteration_difference_pct": float(raw.median()),
+        "p90_abs_iteration_difference_pct": float(raw.quantile(0.9)),
+        "level_ratio": level,
+        "level_matched_median_abs_iteration_difference_pct": float(matched.median()),
+        "level_matched_p90_abs_iteration_difference_pct": float(matched.quantile(0.9)),
+    }
+
+
 def _other_batch(table: pd.DataFrame) -> int:
     """How many compared iterations had a different batch size in the two runs."""
     measured, predicted = table["measured_batch_size"], table["predicted_batch_size"]
@@ -237,6 +274,19 @@ def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir:
             **{k: figures[k] for k in keys}}
 
 
+def _real_again(real_dir: Path, again_dir: Path, load: Any, csv: Path) -> dict[str, Any]:
+    """The second real run against the first (:func:`repeatability`); the table goes to ``csv``."""
+    table = compare(real_dir, again_dir)
+    table.to_csv(csv, index=False, float_format="%.9g")
+    first = json.loads((real_dir / "summary.json").read_text())
+    second = json.loads((again_dir / "summary.json").read_text())
+    t_first, t_again = float(first["virtual_time_s"]), float(second["virtual_time_s"])
+    return {**repeatability(table), "dir": str(again_dir),
+            "total_time_difference_pct": 100.0 * (t_again - t_first) / t_first if t_first > 0 else None,
+            "mean_staleness": second.get("mean_staleness"),
+            "host_foreign_load_cores": load.cores, "host_steal_cores": load.steal_cores}
+
+
 def _checked(scenario: str | Path, overrides: list[str], profile: str | Path | None,
              overlay: str | Path | None) -> tuple[Any, Path | None]:
     """The loaded scenario and the network overlay, or an InputError naming what is wrong."""
@@ -272,8 +322,8 @@ def _run_pilot(scenario: str | Path, scenario_obj: Any, ranks: int, out: Path, o
 def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Sequence[str] = (),
              threads: int | None = None, affinity: str | None = "auto", overlay: str | Path | None = None,
              profile: str | Path | None = None, cores: float | None = None, calibrate: str = "pilot",
-             pilot_iterations: int | None = None, pilot_runs: int = 2, timeout_s: float = 600.0,
-             plots: bool = True) -> dict[str, Any]:
+             pilot_iterations: int | None = None, pilot_runs: int = 2, repeat_real: bool = False,
+             timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
     """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
 
     ``affinity``: ``auto``, ``none`` or cores per rank (:func:`~.placement.plan`); the
@@ -284,7 +334,8 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     ``pilot_iterations``: per worker (default :data:`~.pilot.PILOT_ITERATIONS`); ``pilot_runs``:
     1 (a pilot before the compared run) or 2 (default: one before and one after, whose figures
     are averaged, so that a host speed drifting steadily is bracketed, as the isolated timing
-    brackets it).
+    brackets it). ``repeat_real``: run the scenario for real a second time, last, and compare
+    the two real runs (summary ``real_again``, :func:`repeatability`).
     ``profile``: a compute profile to simulate with instead of calibrating one; ``overlay``:
     the network fit used when the run is not calibrated (default host-shm.yaml); ``cores``:
     the cores per node the simulation shares among ranks, instead of what the placement gives.
@@ -314,12 +365,18 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
                           pilot_iterations, timeout_s)
 
     pilots = [pilot("pilot")] if piloted else []
-    with HostLoad() as load:
-        real_dir = run_real(scenario, ranks, out / "real", overrides=overrides, threads=threads,
-                            affinity=placement.affinity, timeout_s=timeout_s, plots=plots,
-                            calibrate=0 if profile else CALIBRATION_REPEATS)
+
+    def real_run(name: str, with_plots: bool) -> tuple[Path, HostLoad]:
+        with HostLoad() as load:
+            run_dir = run_real(scenario, ranks, out / name, overrides=overrides, threads=threads,
+                               affinity=placement.affinity, timeout_s=timeout_s, plots=with_plots,
+                               calibrate=0 if profile else CALIBRATION_REPEATS)
+        return run_dir, load
+
+    real_dir, load = real_run("real", plots)
     if piloted and pilot_runs == 2:  # after the compared run too: the two bracket the host's drift
         pilots.append(pilot("pilot-after"))
+    again = real_run("real-again", False) if repeat_real else None
     setup = Simulation(scenario_obj, None)
     if profile is None:
         own_cores = all(rank_spins(r, ranks, placement.affinity) for r in range(scenario_obj.worker_count))
@@ -342,6 +399,8 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
         summary["predicted_compute_wall_over_work"] = sim_slowdown(sim_dir, figures["profile_t0_s"],
                                                                    figures["forward_backward"]["t1_s"])
         summary["replay"] = _replay(scenario, setup.workload, sim_overrides, real_dir, sim_dir, out, figures, plots)
+    if again is not None:
+        summary["real_again"] = _real_again(real_dir, *again, out / "validation_real_again.csv")
     (out / "validation.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if plots:
         plot_timelines(real_dir, sim_dir, out / "timeline_overlay.png")
