@@ -238,11 +238,16 @@ def _simulate(scenario: str | Path, overrides: list[str], out: Path, plots: bool
     return write_result_dir(simulate(load_scenario(scenario, overrides)), out, overwrite=True, plots=plots)
 
 
+def _written_table(real_dir: Path, other_dir: Path, csv: Path) -> pd.DataFrame:
+    """:func:`compare` of the two runs, written to ``csv``."""
+    table = compare(real_dir, other_dir)
+    table.to_csv(csv, index=False, float_format="%.9g")
+    return table
+
+
 def _compared(real_dir: Path, sim_dir: Path, csv: Path) -> dict[str, Any]:
     """Compare the two runs, write the table to ``csv``, return the summary."""
-    table = compare(real_dir, sim_dir)
-    table.to_csv(csv, index=False, float_format="%.9g")
-    return summarize(table, real_dir, sim_dir)
+    return summarize(_written_table(real_dir, sim_dir, csv), real_dir, sim_dir)
 
 
 def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir: Path, sim_dir: Path, out: Path,
@@ -276,8 +281,7 @@ def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir:
 
 def _real_again(real_dir: Path, again_dir: Path, load: Any, csv: Path) -> dict[str, Any]:
     """The second real run against the first (:func:`repeatability`); the table goes to ``csv``."""
-    table = compare(real_dir, again_dir)
-    table.to_csv(csv, index=False, float_format="%.9g")
+    table = _written_table(real_dir, again_dir, csv)
     first = json.loads((real_dir / "summary.json").read_text())
     second = json.loads((again_dir / "summary.json").read_text())
     t_first, t_again = float(first["virtual_time_s"]), float(second["virtual_time_s"])
