@@ -105,8 +105,8 @@ def link_overrides(link: dict[str, Any] | None, overlay: Path | None, nodes: int
 
 
 def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threads: int, overlay: Path | None,
-                 pilot_dirs: list[Path] | None = None, wall_level: bool = False,
-                 normalise_speed: bool = True) -> tuple[Path, list[str], dict[str, Any]]:
+                 pilot_dirs: list[Path] | None = None,
+                 wall_level: bool = False) -> tuple[Path, list[str], dict[str, Any]]:
     """(profile file, overrides, figures) of the simulation of the real run in ``real_dir``.
 
     With ``pilot_dirs`` every figure comes from the pilot runs (:mod:`.pilot`): the forward/backward
@@ -119,7 +119,7 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     ``wall_level`` (every worker has a core to itself): the pilots' forward/backward level is
     their wall time, not their CPU time (:func:`~.pilot.pilot_compute`).
 
-    ``normalise_speed``: the host's per-core speed drifts by 10-60 % within a minute (other
+    Speed normalisation: the host's per-core speed drifts by 10-60 % within a minute (other
     virtual machines), so a pilot's figures describe the host as it ran the pilot. Every launch
     times isolated forward/backwards before and after its run; a pilot whose two timings differ
     by more than :data:`STEADY_LIMIT` saw the host change speed during it and is left out (the
@@ -138,9 +138,8 @@ def describe_run(scenario_obj: Any, setup: Any, real_dir: Path, out: Path, threa
     workers = list(setup.workers)
     if pilot_dir is not None:
         timings = {d: _calibration(d)["workers"] for d in pilot_dirs}
-        used = _steady(timings) if normalise_speed else list(pilot_dirs)
-        scales = [speed_ratio(timings[d], compared["workers"]) if normalise_speed else None for d in used]
-        scales = [1.0 if s is None else s for s in scales]
+        used = _steady(timings)
+        scales = [speed_ratio(timings[d], compared["workers"]) or 1.0 for d in used]  # None: no size in common
         fit = _mean_level([_scaled(pilot_compute(d, workers, fit_compute(timings[d]), wall=wall_level), s)
                            for d, s in zip(used, scales)])
         hosts = [host_cpu_per_step(d, workers, skip_first=PILOT_WARMUP) for d in used]

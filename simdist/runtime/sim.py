@@ -218,8 +218,12 @@ class SimWorld(CollectiveExecution):
             self.recorder.span(rank, "compute", "forward/backward", start, env.now, batch_size=batch_size)
             request.event.succeed(request.partial_result())
 
-        self._cores.network.transfer_then(self._cores.routes[rank], work, finish, latency_s=0.0)
+        self._work_on_cores(rank, work, finish)
         return request
+
+    def _work_on_cores(self, rank: int, work_core_s: float, finish: Callable[[], None]) -> None:
+        """Do ``work_core_s`` on the rank's cores, shared with whatever else runs there; ``finish()`` when done."""
+        self._cores.network.transfer_then(self._cores.routes[rank], work_core_s, finish, latency_s=0.0)
 
     def _enter_pool(self, rank: int) -> float:
         """Count ``rank`` as computing on its cores; its rate (cores) if nothing else changes."""
@@ -261,8 +265,7 @@ class SimWorld(CollectiveExecution):
             self.recorder.span(rank, "compute", name, start, env.now)
             request.event.succeed()
 
-        work_core_s = duration_s * (device.cpus or 1.0)
-        self._cores.network.transfer_then(self._cores.routes[rank], work_core_s, finish, latency_s=0.0)
+        self._work_on_cores(rank, duration_s * (device.cpus or 1.0), finish)
         return request
 
     # -- point to point ----------------------------------------------------------------
