@@ -66,6 +66,20 @@ def test_processor_sharing_speeds_up_when_a_neighbour_finishes():
     assert ends[1] == pytest.approx(2.0)
 
 
+def test_inference_on_a_shared_core_is_shared_like_compute():
+    w = world({"devices": 2, "cores": 1})
+    ends = {}
+
+    def evaluate(rt):
+        yield rt.inference(30)  # a third of 3 core-seconds: 1 core-second
+        ends[rt.rank] = rt.now()
+
+    for r in (0, 1):
+        w.spawn(r, evaluate(w.runtime(r)))
+    w.env.run()
+    assert ends == pytest.approx({0: 2.0, 1: 2.0})
+
+
 def test_alone_on_shared_cores_equals_dedicated():
     assert finish_times(world({"devices": 4, "cores": 4}), [2]) == pytest.approx({2: 1.0})
 

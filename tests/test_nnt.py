@@ -48,7 +48,7 @@ from conftest import build_platform
 PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
 
 
-def scenario(*, workers=5, epochs=2, batch=16, timing_only=False, **algorithm):
+def scenario(*, workers=5, epochs=2, batch=16, timing_only=False, eval_samples=None, **algorithm):
     data = {
         "name": "nnt-test",
         "seed": 11,
@@ -62,7 +62,7 @@ def scenario(*, workers=5, epochs=2, batch=16, timing_only=False, **algorithm):
         },
         "algorithm": {"name": "nnt", **algorithm},
         "stop": {"epochs": epochs},
-        "evaluation": {"every_steps": 10**6},
+        "evaluation": {"every_steps": 10**6, "max_samples": eval_samples},
         "compute": {"profiles": [PROFILE]},
     }
     return scenario_from_dict(data)
@@ -175,6 +175,17 @@ def test_after_an_epoch_sync_all_replicas_are_identical():
     assert not torch.equal(algorithm.replicas[0].params, algorithm.replicas[1].params)
 
 
+@pytest.mark.parametrize("samples", [30, 60])
+def test_every_epoch_sync_evaluation_costs_a_forward_pass_over_the_evaluated_samples(samples):
+    result = simulate(scenario(workers=4, epochs=2, eval_samples=samples))
+    evaluations = [span for span in result.recorder.spans if span.name == "nnt evaluation"]
+    assert Counter(span.rank for span in evaluations) == {w: 2 for w in range(4)}  # every worker, both epoch ends
+    forward = (1e-4 + 1e-5 * samples) / 3  # tiny_profile: a third of a forward/backward of that many samples
+    assert all(span.kind == "compute" and span.end_s - span.start_s == pytest.approx(forward) for span in evaluations)
+    syncs = [e for e in result.recorder.events if e["kind"] == "nnt_sync"]
+    assert all(e["test_accuracy"] is not None for e in syncs) and len(syncs) == 8
+
+
 def test_runs_are_deterministic_and_every_replica_is_evaluated():
     first, second = simulate(scenario(workers=9, topology="grid")), simulate(scenario(workers=9, topology="grid"))
     assert first.recorder.updates == second.recorder.updates
@@ -225,7 +236,9 @@ def test_information_from_worker_zero_travels_hop_by_hop(topology, n):
                            parameter_layers=1, seed=0)
     world = SimWorld(platform, compute, Recorder(), gradient_source=taint_gradients)
     optimizer = make_optimizer(OptimizerConfig(lr=1.0))
-    workload = SimpleNamespace(optimizer_config=optimizer.config, param_count=n, test_metrics=lambda p, max_samples=None: (0.0, 0.5))
+    workload = SimpleNamespace(optimizer_config=optimizer.config, param_count=n,
+                               test_metrics=lambda p, max_samples=None: (0.0, 0.5),
+                               test_samples=lambda max_samples=None: 0)
     sharder = EpochSharder(n * steps, n, seed=0)
     ctx = AlgorithmContext(workers=list(range(n)), node_of=platform.node_of, workload=workload, batch_size=1, seed=0,
                            max_epochs=1, timing_only=False, make_data=lambda i: ShardIterator(sharder, i, 1),

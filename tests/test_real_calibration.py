@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
 import torch
 
 from simdist.errors import InputError
-from simdist.real.calibration import fit_compute, fit_link
+from simdist.real.calibration import compute_cpu, fit_compute, fit_link, host_cpu_per_step
 from simdist.real.placement import parse_affinity, plan, rank_spins
 from simdist.real.wire import WireTensor, pack, unpack
 
@@ -112,3 +113,19 @@ def test_link_overrides_load_as_scenario_fields(bandwidth):
     for link in (node.intra_link, node.nic_link):
         assert link.latency_s == pytest.approx(1.2e-4) and link.bandwidth_Bps == pytest.approx(bandwidth)
     assert node.nics == 2
+
+
+def _span(rank, name, ts_us, dur_us, **args):
+    return {"ph": "X", "cat": "compute", "name": name, "tid": rank, "pid": 0, "ts": ts_us, "dur": dur_us, "args": args}
+
+
+def test_host_work_per_step_is_read_between_forward_backwards_only(tmp_path):
+    # rank 0: host CPU grows 1 ms per step; evaluation spans inside three of the steps stamp the host
+    # CPU 0.2 ms into them and must not split those steps in two
+    events = [_span(0, "forward/backward", 1000 * i, 500, batch_size=64, cpu_s=0.004, host_cpu_s=0.001 * i)
+              for i in range(6)]
+    events += [_span(0, "nnt evaluation", 1000 * i + 600, 100, samples=200, inference_cpu_s=0.0001,
+                     host_cpu_s=0.001 * i + 0.0002) for i in (1, 2, 3)]
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    assert host_cpu_per_step(tmp_path, [0]) == {"host_cpu_s": pytest.approx(0.001), "per_worker": {0: pytest.approx(0.001)}}
+    assert len(compute_cpu(tmp_path)) == 6  # the compute fit sees forward/backwards only

@@ -13,9 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simdist.real.launch import mpi_available
+from simdist.real.calibration import compute_cpu
+from simdist.real.launch import mpi_available, run_real
 from simdist.real.validate import validate
 from simdist.results import load_result_dir
+from simdist.tracefile import span_events
 
 pytestmark = pytest.mark.skipif(mpi_available() is not None, reason=f"no MPI here: {mpi_available()}")
 
@@ -79,3 +81,16 @@ def test_asgd_two_ranks_real_vs_simulated(tmp_path):
     assert calibration["link"]["from"] == "pilot messages" and calibration["server_cpu_per_message_s"] > 0
     assert summary["measured_mean_staleness"] is not None and summary["predicted_mean_staleness"] is not None
     assert "real_again" not in summary and not (tmp_path / "real-again").exists()  # only when asked for
+
+
+def test_nnt_three_ranks_times_its_epoch_sync_evaluations_as_compute(tmp_path):
+    out = run_real(SCENARIO, 3, tmp_path, overrides=["platform.node.devices=3", "algorithm={name: nnt}",
+                                                     "stop.epochs=2", "evaluation.max_samples=100"],
+                   timeout_s=120, plots=False)
+    evaluations = [e for e in span_events(out) if e["name"] == "nnt evaluation"]
+    assert sorted(e["tid"] for e in evaluations) == [0, 0, 1, 1, 2, 2]  # every worker at both epoch ends
+    assert all(e["cat"] == "compute" and e["args"]["samples"] == 100 and e["args"]["inference_cpu_s"] > 0
+               for e in evaluations)
+    syncs = pd.read_csv(out / "events.csv").query("kind == 'nnt_sync'")
+    assert len(syncs) == 6 and syncs["test_accuracy"].notna().all()
+    assert len(compute_cpu(out)) == len(load_result_dir(out).steps.query("source == 'own'"))  # fits see fwd/bwd only

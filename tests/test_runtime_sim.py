@@ -341,6 +341,24 @@ def test_busy_is_compute_time_the_algorithm_models_itself(make_world, run_world)
     ])
 
 
+def test_inference_does_the_math_at_the_call_and_costs_a_third_of_a_forward_backward(make_world, run_world):
+    world = make_world(2, t0=T0, t1=T1)
+    log, math_done = [], []
+
+    def evaluator(rt):
+        accuracy = yield rt.inference(30, lambda: math_done.append(rt.now()) or 0.75, "evaluation")
+        log.append((rt.rank, accuracy, rt.now()))
+        nothing = yield rt.inference(30)  # the time alone
+        log.append((rt.rank, nothing, rt.now()))
+
+    run_world(world, {0: evaluator})
+    forward = (T0 + T1 * 30) / 3
+    assert math_done == [0.0]
+    assert log == approx_log([(0, 0.75, forward), (0, None, 2 * forward)])
+    assert [(s.kind, s.name, s.start_s, s.end_s) for s in world.recorder.spans] == approx_log([
+        ("compute", "evaluation", 0.0, forward), ("compute", "inference", forward, 2 * forward)])
+
+
 # -- records ------------------------------------------------------------------------------------------
 
 

@@ -14,7 +14,9 @@ N). Data is reshuffled and repartitioned every epoch by the shared epoch sharder
 Every ``sync_every_epochs`` epochs (default 1), at the end of the epoch: each worker waits
 until its own sends are delivered, all meet at a barrier (so every gradient sent is then in
 its receiver's mailbox) and apply what is still waiting; each worker measures its replica's
-test accuracy (``workload.test_metrics``; **evaluation costs no virtual time**), an
+test accuracy (``workload.test_metrics`` on ``evaluation.max_samples`` test samples; this
+evaluation is part of the protocol and costs a forward pass over those samples,
+``rt.inference``; the scenario's monitoring evaluations cost nothing), an
 allgather shares the accuracies, and the best worker (lowest index on ties) broadcasts its
 weights, which every replica loads. Barrier, allgather and broadcast are timed collectives.
 A run that ends between syncs ends with the same drain (wait, barrier, apply) so every
@@ -185,12 +187,18 @@ class Nnt(PeerAlgorithm):
         yield rt.barrier(group)
         yield from self._apply_waiting(rt, replica, state)
 
-    def _epoch_sync(self, rt: Runtime, replica: Any, group: Any, state: _WorkerState, epoch: int):
-        """Evaluate every replica (no virtual time), share the accuracies, restart from the best."""
-        yield from self._drain(rt, replica, group, state)
+    def _evaluate(self, rt: Runtime, replica: Any):
+        """The replica's test accuracy (None for timing-only runs); costs a forward pass over the test samples."""
         ctx = self.ctx
-        accuracy = None if ctx.timing_only else ctx.workload.test_metrics(replica.params,
-                                                                          max_samples=ctx.eval_max_samples)[1]
+        samples = ctx.workload.test_samples(ctx.eval_max_samples)
+        run = None if ctx.timing_only else (lambda: ctx.workload.test_metrics(replica.params,
+                                                                              max_samples=ctx.eval_max_samples)[1])
+        return (yield rt.inference(samples, run, "nnt evaluation"))
+
+    def _epoch_sync(self, rt: Runtime, replica: Any, group: Any, state: _WorkerState, epoch: int):
+        """Evaluate every replica, share the accuracies, restart from the best."""
+        yield from self._drain(rt, replica, group, state)
+        accuracy = yield from self._evaluate(rt, replica)
         accuracies = yield rt.allgather(group, math.nan if accuracy is None else float(accuracy))
         best = best_worker(list(accuracies))
         best_rank = self.ctx.workers[best]

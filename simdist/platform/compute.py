@@ -20,6 +20,11 @@ The duration of one forward/backward of a rank is
   from the rank's own seeded stream ``compute-noise/rank<r>``; straggler windows
   (:mod:`simdist.platform.stragglers`) multiply it further.
 
+A forward pass alone (an algorithm's own evaluation of its replica) takes
+``FORWARD_SHARE`` (one third) of a forward/backward of as many samples: each layer does
+one matrix product forward and two backward (input and weight gradients), the same ratio
+as the FLOP-count estimate.
+
 When a node declares ``cores``, its CPU ranks share them (processor sharing): the runtime
 runs each forward/backward as ``work_core_s(...)`` core-seconds of work whose rate is the
 max-min fair share of the node's cores, capped by the rank's ``cpus``; alone on its node a
@@ -41,8 +46,9 @@ from ..seeding import numpy_stream
 from .stragglers import StragglerSchedule
 from .topology import Platform
 
-__all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel"]
+__all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel", "FORWARD_SHARE"]
 
+FORWARD_SHARE = 1 / 3  # forward of a forward/backward: one matrix product per layer of three
 _REPO_PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 
 
@@ -172,6 +178,10 @@ class ComputeModel:
         timing = self._base[device.profile_device]
         share = device.cpus if device.cpus is not None else 1.0
         return (timing.t0_s + timing.t1_s * batch_size) / (device.speed * share)
+
+    def forward_s(self, rank: int, samples: int) -> float:
+        """A forward pass alone over ``samples`` samples on ``rank`` (an evaluation): noiseless, on its CPU share."""
+        return FORWARD_SHARE * self.mean_duration_s(rank, samples)
 
     def duration_s(self, rank: int, batch_size: int, now_s: float = 0.0) -> float:
         """One sampled duration of a forward/backward starting at ``now_s`` (alone on its cores)."""

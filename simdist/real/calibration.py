@@ -159,9 +159,10 @@ def compute_cpu(result_dir: str | Path, skip_first: int = 0, workers: Sequence[i
 
 
 def _trace_spans(result_dir: Path) -> pd.DataFrame:
-    rows = [(e["tid"], e.get("cat", ""), (e["ts"] + e.get("dur", 0.0)) * 1e-6, (e.get("args") or {}).get("host_cpu_s"))
+    rows = [(e["tid"], e.get("cat", ""), e.get("name", ""), (e["ts"] + e.get("dur", 0.0)) * 1e-6,
+             (e.get("args") or {}).get("host_cpu_s"))
             for e in span_events(result_dir)]
-    spans = pd.DataFrame(rows, columns=["rank", "kind", "end_s", "host_cpu_s"]).dropna(subset=["host_cpu_s"])
+    spans = pd.DataFrame(rows, columns=["rank", "kind", "name", "end_s", "host_cpu_s"]).dropna(subset=["host_cpu_s"])
     return spans.sort_values(["rank", "end_s"], kind="stable")
 
 
@@ -170,7 +171,7 @@ def host_cpu_per_step(result_dir: str | Path, workers: Sequence[int], skip_first
     spans = _trace_spans(Path(result_dir))
     per_worker = {}
     for rank in workers:
-        computes = spans[(spans["rank"] == rank) & (spans["kind"] == "compute")]
+        computes = spans[(spans["rank"] == rank) & (spans["kind"] == "compute") & (spans["name"] == "forward/backward")]
         steps = np.diff(computes["host_cpu_s"].to_numpy(dtype=float))[skip_first:]
         if len(steps):
             per_worker[int(rank)] = float(np.median(steps))

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any, Generator, Iterable
+from typing import Any, Callable, Generator, Iterable
 
 import numpy as np
 import torch
@@ -385,6 +385,16 @@ class MPIRuntime:
 
     def busy(self, duration_s: float, name: str = "busy") -> _Request:
         return _Done("busy", name, self.now())  # the modelled work is done for real in the caller
+
+    def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> _Request:
+        """``run()`` timed as compute (no ``cpu_s``: compute profiles are fitted to forward/backwards only)."""
+        world = self.world
+        start, cpu = self.now(), time.thread_time()
+        value = run() if run is not None else None
+        cpu = time.thread_time() - cpu
+        world.cpu.compute_s += cpu
+        world.span("compute", name, start, self.now(), samples=int(samples), inference_cpu_s=cpu)
+        return _Done("compute", name, start, value)
 
     def send(self, dst: int, payload: Any, tag: int = 0) -> _SendRequest:
         return self.world.send(dst, payload, tag)

@@ -143,6 +143,13 @@ class Runtime(Protocol):
     def busy(self, duration_s: float, name: str = "busy") -> Any:
         """The rank works for ``duration_s`` on something the algorithm models (a server's update)."""
 
+    def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> Any:
+        """The rank runs a forward pass over ``samples`` samples (its own evaluation); the value is ``run()``.
+
+        ``run`` does the math (a test-set evaluation) at the call; the simulator charges the
+        compute model's forward time, a real run times ``run`` as it happens.
+        """
+
     def send(self, dst: int, payload: Any, tag: int = 0) -> Any:
         """Send ``payload`` (copied at the call); yield the request to wait for delivery."""
 

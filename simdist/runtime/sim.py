@@ -239,20 +239,30 @@ class SimWorld(CollectiveExecution):
         if pool is not None:
             self._computing_in_pool[pool.index] -= 1
 
-    def busy(self, rank: int, duration_s: float, name: str = "busy") -> Request:
+    def busy(self, rank: int, duration_s: float, name: str = "busy", value: Any = None) -> Request:
         """The rank computes something other than forward/backward (a server's update) for ``duration_s``.
 
         With shared node cores (``node.cores``) the work competes for them as compute does:
-        ``duration_s`` is its time alone on the rank's CPU share.
+        ``duration_s`` is its time alone on the rank's CPU share. Waiting on it gives ``value``.
         """
         start, duration_s = self.env.now, max(0.0, float(duration_s))
         if self._cores is not None and duration_s > 0:
-            return self._shared_busy(rank, duration_s, name)
+            return self._shared_busy(rank, duration_s, name, value)
         self.recorder.span(rank, "compute", name, start, start + duration_s)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
-        return Request("busy", name, self.env.timeout(duration_s), start)
+        return Request("busy", name, self.env.timeout(duration_s, value), start)
 
-    def _shared_busy(self, rank: int, duration_s: float, name: str) -> Request:
+    def inference(self, rank: int, samples: int, run: Callable[[], Any] | None = None,
+                  name: str = "inference") -> Request:
+        """A forward pass over ``samples`` samples (an algorithm's own evaluation), as busy work.
+
+        ``run()`` (the evaluation's math) is called now; waiting on the request gives its
+        result once the forward time of the compute model has passed.
+        """
+        value = run() if run is not None else None
+        return self.busy(rank, self.compute_model.forward_s(rank, int(samples)), name, value)
+
+    def _shared_busy(self, rank: int, duration_s: float, name: str, value: Any = None) -> Request:
         """Busy work on the rank's shared cores; its duration emerges from the sharing."""
         env, start, device = self.env, self.env.now, self.platform.devices[rank]
         request = Request("busy", name, env.event(), start)
@@ -263,7 +273,7 @@ class SimWorld(CollectiveExecution):
             self._leave_pool(rank)
             self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
             self.recorder.span(rank, "compute", name, start, env.now)
-            request.event.succeed()
+            request.event.succeed(value)
 
         self._work_on_cores(rank, duration_s * (device.cpus or 1.0), finish)
         return request
@@ -341,7 +351,8 @@ class SimWorld(CollectiveExecution):
 class SimRuntime:
     """One rank's view of a :class:`SimWorld` (implements :class:`~simdist.runtime.base.Runtime`).
 
-    ``compute(replica, batch)``, ``busy(duration_s, name="busy")``, ``send(dst, payload,
+    ``compute(replica, batch)``, ``busy(duration_s, name="busy")``, ``inference(samples, run=None,
+    name="inference")``, ``send(dst, payload,
     tag=0)``, ``recv(src=ANY, tag=ANY)`` and ``poll(src=ANY, tag=ANY)`` are the world's own
     methods with this rank bound: they run once or twice per message, and a forwarding
     method per call was a measurable share of a parameter-server replay.
@@ -353,6 +364,7 @@ class SimRuntime:
         self.world_size = world.platform.size
         self.compute = partial(world.compute, rank)
         self.busy = partial(world.busy, rank)
+        self.inference = partial(world.inference, rank)
         self.send = partial(world.send, rank)
         self.recv = partial(world.recv, rank)
         self.poll = partial(world.poll, rank)

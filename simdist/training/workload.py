@@ -97,9 +97,13 @@ class Workload:
         xs = self.dataset.train_x.index_select(0, index).split(sizes)
         return list(zip(xs, self.dataset.train_y.index_select(0, index).split(sizes)))
 
+    def test_samples(self, max_samples: int | None = None) -> int:
+        """How many test samples an evaluation with ``max_samples`` uses (all by default)."""
+        return len(self.dataset.test_y) if max_samples is None else min(max_samples, len(self.dataset.test_y))
+
     def test_metrics(self, params: torch.Tensor, max_samples: int | None = None) -> tuple[float, float]:
         """(mean test loss, test accuracy) of ``params`` on the first ``max_samples`` test samples (default all)."""
-        n = len(self.dataset.test_y) if max_samples is None else min(max_samples, len(self.dataset.test_y))
+        n = self.test_samples(max_samples)
         return self.evaluator.evaluate(params, self.dataset.test_x[:n], self.dataset.test_y[:n])
 
 
