@@ -98,11 +98,13 @@ class StopConfig(_Config):
 
 
 class EvaluationConfig(_Config):
-    """How often the test set is evaluated (costs no virtual time)."""
+    """How often the test set is evaluated (costs no virtual time: it only observes the run)."""
 
     every_steps: int | None = Field(None, ge=1, description="evaluate every this many global steps (default 50)")
     every_time: Seconds | None = Field(None, description="evaluate every this much virtual time, e.g. '0.5s'")
-    max_samples: int | None = Field(None, ge=1, description="evaluate on at most this many test samples")
+    max_samples: int | None = Field(
+        None, ge=1, description="evaluate on at most this many test samples (nnt's own epoch-end evaluations too, "
+                                "which cost a forward pass)")
 
     @model_validator(mode="after")
     def _one_interval(self):
