@@ -1,4 +1,4 @@
-"""Real MPI runs against their simulation (2 ranks, a few seconds each).
+"""Real MPI runs against their simulation (2 ranks, a few seconds each), and a real 3-ring of nnt.
 
 These fail on a crash, a hang or a broken result directory, never on the size of the timing
 error (a benchmark figure: benchmarks/validation_table.py). sync is calibrated ``isolated``,

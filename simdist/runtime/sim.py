@@ -351,11 +351,11 @@ class SimWorld(CollectiveExecution):
 class SimRuntime:
     """One rank's view of a :class:`SimWorld` (implements :class:`~simdist.runtime.base.Runtime`).
 
-    ``compute(replica, batch)``, ``busy(duration_s, name="busy")``, ``inference(samples, run=None,
-    name="inference")``, ``send(dst, payload,
-    tag=0)``, ``recv(src=ANY, tag=ANY)`` and ``poll(src=ANY, tag=ANY)`` are the world's own
-    methods with this rank bound: they run once or twice per message, and a forwarding
-    method per call was a measurable share of a parameter-server replay.
+    ``compute(replica, batch)``, ``busy(duration_s, name="busy")``, ``inference(samples,
+    run=None, name="inference")``, ``send(dst, payload, tag=0)``, ``recv(src=ANY, tag=ANY)``
+    and ``poll(src=ANY, tag=ANY)`` are the world's own methods with this rank bound: they run
+    once or twice per message, and a forwarding method per call was a measurable share of a
+    parameter-server replay.
     """
 
     def __init__(self, world: SimWorld, rank: int):
