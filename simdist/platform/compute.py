@@ -20,10 +20,10 @@ The duration of one forward/backward of a rank is
   from the rank's own seeded stream ``compute-noise/rank<r>``; straggler windows
   (:mod:`simdist.platform.stragglers`) multiply it further.
 
-A forward pass alone (an algorithm's own evaluation of its replica) takes
-``FORWARD_SHARE`` (one third) of a forward/backward of as many samples: each layer does
-one matrix product forward and two backward (input and weight gradients), the same ratio
-as the FLOP-count estimate.
+A forward pass alone (an algorithm's own evaluation of its replica) takes one
+``PRODUCTS_PER_LAYER``-th of a forward/backward of as many samples: each layer does one
+matrix product forward and two backward (input and weight gradients), the ratio the
+FLOP-count estimate is built on.
 
 When a node declares ``cores``, its CPU ranks share them (processor sharing): the runtime
 runs each forward/backward as ``work_core_s(...)`` core-seconds of work whose rate is the
@@ -46,9 +46,9 @@ from ..seeding import numpy_stream
 from .stragglers import StragglerSchedule
 from .topology import Platform
 
-__all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel", "FORWARD_SHARE"]
+__all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel", "PRODUCTS_PER_LAYER"]
 
-FORWARD_SHARE = 1 / 3  # forward of a forward/backward: one matrix product per layer of three
+PRODUCTS_PER_LAYER = 3  # matrix products per layer in a forward/backward: forward, input and weight gradients
 _REPO_PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 
 
@@ -160,7 +160,8 @@ class ComputeModel:
             scale = flops / measured.forward_flops_per_sample if measured.forward_flops_per_sample and flops else 1.0
             return ModelTiming(measured.t0_s, measured.t1_s * scale, flops, measured.source)
         if device.peak_flops:
-            return ModelTiming(overhead_s * 3 * layers, 3 * flops / (device.peak_flops * efficiency), flops,
+            return ModelTiming(overhead_s * PRODUCTS_PER_LAYER * layers,
+                               PRODUCTS_PER_LAYER * flops / (device.peak_flops * efficiency), flops,
                                f"FLOP-count estimate: peak {device.peak_flops:.3g} FLOP/s x efficiency {efficiency}")
         known = sorted({m for (d, m) in timings if d == device.profile_device})
         raise InputError(
@@ -181,7 +182,7 @@ class ComputeModel:
 
     def forward_s(self, rank: int, samples: int) -> float:
         """A forward pass alone over ``samples`` samples on ``rank`` (an evaluation): noiseless, on its CPU share."""
-        return FORWARD_SHARE * self.mean_duration_s(rank, samples)
+        return self.mean_duration_s(rank, samples) / PRODUCTS_PER_LAYER
 
     def duration_s(self, rank: int, batch_size: int, now_s: float = 0.0) -> float:
         """One sampled duration of a forward/backward starting at ``now_s`` (alone on its cores)."""
