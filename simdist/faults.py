@@ -22,8 +22,9 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from .config import USER_CONFIG
 from .errors import InputError
 from .platform.spec import Seconds
 
@@ -31,7 +32,7 @@ __all__ = ["NodeCrash", "LinkDegradation", "FaultsConfig", "FaultInjector", "che
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
 
 class NodeCrash(_Config):

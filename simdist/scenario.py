@@ -19,27 +19,29 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from .config import USER_CONFIG, describe_validation_error
 from .errors import InputError
 from .faults import FaultsConfig, check_faults
 from .platform.presets import PLATFORMS
-from .platform.spec import PlatformSpec, Seconds
+from .platform.spec import Interval, LatencySeconds, PlatformSpec
 from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
 from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
-from .yamlio import safe_load_limited
+from .inputfile import CAPS, read_input_text
+from .yamlio import MAX_DEPTH, parse_scalar, safe_load_limited
 
 __all__ = ["ComparePoint", "SweepConfig", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
            "OutputConfig", "load_scenario", "scenario_from_dict", "apply_overrides", "format_validation_error",
            "MAX_SCENARIO_BYTES", "scenario_json_schema"]
 
-MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few hundred lines; anything larger is a mistake
+MAX_SCENARIO_BYTES = CAPS["scenario"]  # a scenario is a few hundred lines; anything larger is a mistake
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
 
 class NamedSpec(_Config):
@@ -78,12 +80,12 @@ class StopConfig(_Config):
 
     epochs: int | None = Field(None, ge=1, description="epochs of each worker's shard")
     steps: int | None = Field(None, ge=1, description="global model updates")
-    virtual_time: Seconds | None = Field(None, description="virtual time limit, e.g. '30s'")
+    virtual_time: Interval | None = Field(None, description="virtual time limit, e.g. '30s' (1 ns .. 1e9 s)")
     target_accuracy: float | None = Field(None, gt=0, le=1, description="test accuracy whose first time is reported")
     stop_at_target: bool = Field(True, description="end the run once target_accuracy is reached")
     max_events: int = Field(20_000_000, ge=1, description="guard: end the run (status event_limit) after this many "
                             "simulation events, so that no scenario can loop forever")
-    max_wall_time: Seconds | None = Field(None, description="guard: end the run (status wall_time_limit) after this "
+    max_wall_time: Interval | None = Field(None, description="guard: end the run (status wall_time_limit) after this "
                                           "much real time, e.g. '10min' (default: none)")
 
     @model_validator(mode="after")
@@ -101,7 +103,7 @@ class EvaluationConfig(_Config):
     """How often the test set is evaluated (costs no virtual time: it only observes the run)."""
 
     every_steps: int | None = Field(None, ge=1, description="evaluate every this many global steps (default 50)")
-    every_time: Seconds | None = Field(None, description="evaluate every this much virtual time, e.g. '0.5s'")
+    every_time: Interval | None = Field(None, description="evaluate every this much virtual time, e.g. '0.5s' (at least 1 ns)")
     max_samples: int | None = Field(
         None, ge=1, description="evaluate on at most this many test samples (nnt's own epoch-end evaluations too, "
                                 "which cost a forward pass)")
@@ -142,7 +144,7 @@ class ComputeConfig(_Config):
     profiles: list[str] = Field(default_factory=list, description="extra profile files (after calibration/profiles/*.yaml)")
     noise_sigma: float = Field(0.0, ge=0, le=2, description="log-std of lognormal compute jitter (0 = none)")
     efficiency: float = Field(0.4, gt=0, le=1, description="fraction of peak FLOP/s for devices without a measured profile")
-    kernel_overhead_s: Seconds = Field(10e-6, description="per-kernel launch cost for devices without a measured profile")
+    kernel_overhead_s: LatencySeconds = Field(10e-6, description="per-kernel launch cost for devices without a measured profile")
     threads: int = Field(1, ge=1, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
     stragglers: list[StragglerSpec] = Field(default_factory=list,
                                             description="ranks slowed by a factor in fixed, periodic or random windows")
@@ -232,47 +234,16 @@ class Scenario(_Config):
 # -- loading -------------------------------------------------------------------------
 
 
-def _loc(loc: tuple) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif item in ("function-after", "function-before", "function-wrap") or str(item).startswith("function-"):
-            continue
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts)
-
-
 def format_validation_error(exc: ValidationError, *, source: str | None, prefix: str = "") -> InputError:
     """The first pydantic error as a one-line InputError (field path and what is allowed)."""
-    error = exc.errors(include_url=False)[0]
-    field = _loc(tuple(error["loc"]))
+    field, message = describe_validation_error(exc)
     field = f"{prefix}.{field}" if prefix and field else prefix or field
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "missing":
-        message = "required field is missing"
-    elif error["type"] == "extra_forbidden":
-        message = "unknown field (check the spelling; 'simdist schema' lists the allowed fields)"
     return InputError(message, source=source, field=field or None)
 
 
 def _read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     src = str(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise InputError(f"{what} file not found", source=src) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} file ({exc.strerror})", source=src) from None
-    if path.is_dir():
-        raise InputError(f"is a directory, expected a {what} YAML file", source=src)
-    if size > MAX_SCENARIO_BYTES:
-        raise InputError(f"file is {size} bytes; a {what} file may be at most {MAX_SCENARIO_BYTES} bytes", source=src)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"not a text file (expected UTF-8 YAML {what})", source=src) from None
+    text = read_input_text(path, what)
     try:
         data = safe_load_limited(text)
     except yaml.YAMLError as exc:
@@ -294,10 +265,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
             raise InputError(f"expected dotted.key=value, got {item!r}", source="--set")
+        if key.count(".") >= MAX_DEPTH:
+            raise InputError(f"a key may have at most {MAX_DEPTH} dotted parts; got {key.count('.') + 1}",
+                             source="--set", field=key[:80] + "...")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise InputError(f"cannot parse value {raw!r}", source="--set", field=key) from None
+            value = parse_scalar(raw)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            raise InputError(f"cannot parse value {raw!r}: {problem}", source="--set", field=key) from None
         set_dotted(data, key, value)
     return data
 

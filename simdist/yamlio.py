@@ -1,45 +1,95 @@
-"""Reading YAML from users safely: ``safe_load`` only, with alias bombs refused.
+"""Reading YAML from users safely: the safe loader, with every way to abuse it refused.
 
-PyYAML's safe loader builds no objects from tags, but anchors and aliases can still make a
-small file expand into an enormous structure ("billion laughs") or a self-referencing one.
-This loader counts aliases and refuses recursive ones.
+PyYAML's safe loader builds no objects from tags, but a small file can still:
+
+* expand into an enormous structure through anchors and aliases ("billion laughs") or refer
+  to itself: aliases are counted (at most :data:`MAX_ALIASES`) and recursive ones refused;
+* nest deeper than any scenario needs and exhaust the interpreter's stack: nesting is
+  bounded by :data:`MAX_DEPTH`;
+* repeat a key, which PyYAML silently resolves to the last value: a duplicate key is an
+  error naming the key and both lines.
+
+Numbers follow YAML 1.2: ``1e-3`` and ``2E6`` are floats (PyYAML's YAML 1.1 rules read them
+as strings, which a strictly typed field would then refuse). ``.inf`` and ``.nan`` still
+parse as floats; the configuration models refuse non-finite numbers.
+
+:func:`safe_load_limited` reads a document, :func:`parse_scalar` one ``--set`` value, both
+with the same rules.
 """
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
-__all__ = ["safe_load_limited", "MAX_ALIASES"]
+__all__ = ["safe_load_limited", "parse_scalar", "MAX_ALIASES", "MAX_DEPTH"]
 
 MAX_ALIASES = 256
+MAX_DEPTH = 32  # a scenario nests about six levels; sweep points and compare variants a few more
+
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?$")
 
 
 class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that counts aliases, bounds nesting and refuses duplicate keys."""
+
     def __init__(self, stream):
         super().__init__(stream)
         self._aliases = 0
+        self._depth = 0
         self._open_anchors: set[str] = set()
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
             self._aliases += 1
             if event.anchor in self._open_anchors:
                 raise yaml.composer.ComposerError(None, None, f"recursive alias *{event.anchor}", event.start_mark)
             if self._aliases > MAX_ALIASES:
                 raise yaml.composer.ComposerError(None, None, f"more than {MAX_ALIASES} aliases", event.start_mark)
             return super().compose_node(parent, index)
-        event = self.peek_event()
+        nests = isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent))
+        if nests:
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                                  event.start_mark)
         anchor = getattr(event, "anchor", None)
-        if anchor is None:
-            return super().compose_node(parent, index)
-        self._open_anchors.add(anchor)
+        if anchor is not None:
+            self._open_anchors.add(anchor)
         try:
             return super().compose_node(parent, index)
         finally:
-            self._open_anchors.discard(anchor)
+            if anchor is not None:
+                self._open_anchors.discard(anchor)
+            if nests:
+                self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: let PyYAML report it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {first.line + 1}); a key may appear once "
+                    "per mapping", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+_LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
 
 
 def safe_load_limited(text: str):
-    """``yaml.safe_load`` that refuses recursive aliases and more than MAX_ALIASES aliases."""
+    """Parse a YAML document under the rules above (raises :class:`yaml.YAMLError`)."""
     return yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def parse_scalar(text: str):
+    """One ``--set`` value: ``64``, ``1e-3``, ``true``, ``[1, 2]``, ``{a: 1}`` or a string."""
+    return safe_load_limited(text) if text.strip() else ""

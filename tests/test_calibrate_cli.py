@@ -201,4 +201,4 @@ def test_the_main_cli_dispatches_calibrate(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["calibrate", "trace", str(tmp_path / "missing.txt")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "missing.txt: no such file" in err
+    assert err.count("\n") == 1 and "missing.txt: trace file not found" in err

@@ -179,7 +179,7 @@ def test_each_parser_refuses_a_truncated_file(fmt, tmp_path):
 
 
 def test_missing_file_and_unknown_format(tmp_path):
-    assert_one_line_error(tmp_path / "nope.txt", "no such file")
+    assert_one_line_error(tmp_path / "nope.txt", "file not found")
     with pytest.raises(InputError, match="--format: unknown trace format .nccl.; known: nccl-tests"):
         parse_trace(NCCL, "nccl")
 

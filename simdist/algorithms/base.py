@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generator
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from ..config import USER_CONFIG
 from ..registry import Registry
 from ..runtime.base import Runtime
 
@@ -27,7 +28,7 @@ ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm")
 class AlgorithmConfig(BaseModel):
     """Base of every algorithm's options; ``name`` selects the algorithm."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
     name: str
 
     def check_scenario(self, scenario: Any) -> None:

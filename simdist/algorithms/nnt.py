@@ -50,10 +50,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from ..config import FROM_LIST
 from ..runtime.base import Runtime
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .nnt_topology import Layout, make_layout
@@ -70,7 +71,7 @@ class NntConfig(AlgorithmConfig):
     name: Literal["nnt"] = "nnt"
     topology: Literal["ring", "grid"] = Field("ring", description="ring (2 neighbours, >= 3 workers) or grid "
                                                                   "(2-D torus, 4 neighbours, >= 3x3 workers)")
-    grid_shape: tuple[int, int] | None = Field(
+    grid_shape: Annotated[tuple[int, int], FROM_LIST] | None = Field(
         None, description="grid: (rows, cols), product = workers (default: the most square factorisation)")
     sync_every_epochs: int = Field(1, ge=1, description="epochs between restarts from the best worker. Default 1")
     update_rule: Literal["sgd", "optimizer"] = Field(

@@ -18,7 +18,6 @@ Registered formats (``TRACE_FORMATS``; ``simdist calibrate trace --format NAME``
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import InputError
+from ..inputfile import read_input_bytes
 from ..registry import Registry
 from .nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from .osu import looks_like_osu, parse_osu
@@ -74,20 +74,12 @@ _KNOWN = "nccl-tests *_perf output, OSU micro-benchmark output, a PyTorch profil
 
 def read_input(path: str | Path) -> tuple[str, Any]:
     """``("json", object)`` or ``("text", str)`` of the file at ``path`` (gzip is unpacked)."""
-    p = Path(path)
     try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(str(path), "no such file") from None
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
+        raw = read_input_bytes(path, "trace", _MAX_BYTES)
+    except InputError as exc:
+        raise TraceError(str(path), exc.message) from None
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error):
-            raise TraceError(str(path), "truncated or corrupt gzip data") from None
-    if len(raw) > _MAX_BYTES:
-        raise TraceError(str(path), f"larger than {_MAX_BYTES >> 20} MiB; cut the trace to a few steps")
+        raw = _gunzip(str(path), raw)
     if b"\x00" in raw[:4096]:
         raise TraceError(str(path), f"a binary file, not a measurement trace; expected {_KNOWN}")
     try:
@@ -102,6 +94,20 @@ def read_input(path: str | Path) -> tuple[str, Any]:
             raise TraceError(str(path), f"truncated or invalid JSON ({exc.msg} at line {exc.lineno} column "
                                         f"{exc.colno}); the trace was cut or is not a trace file") from None
     return "text", text
+
+
+def _gunzip(path: str, raw: bytes) -> bytes:
+    """Unpack gzip data, refusing more than _MAX_BYTES unpacked (a small bomb must not fill memory)."""
+    unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        data = unpacker.decompress(raw, _MAX_BYTES + 1)
+    except zlib.error:
+        raise TraceError(path, "truncated or corrupt gzip data") from None
+    if len(data) > _MAX_BYTES:
+        raise TraceError(path, f"unpacks to more than {_MAX_BYTES >> 20} MiB; cut the trace to a few steps")
+    if not unpacker.eof:
+        raise TraceError(path, "truncated or corrupt gzip data")
+    return data
 
 
 def detect_format(path: str, kind: str, content: Any) -> str:

@@ -67,25 +67,17 @@ def default_profile_paths() -> list[Path]:
     return sorted(_REPO_PROFILES.glob("*.yaml")) if _REPO_PROFILES.is_dir() else []
 
 
-_MAX_PROFILE_BYTES = 1 << 20  # a profile is a few lines per model
-
-
 def _read_profile(path: Path) -> dict:
+    from ..inputfile import read_input_text
     from ..yamlio import safe_load_limited
 
+    text = read_input_text(path, "compute profile")
     try:
-        if path.stat().st_size > _MAX_PROFILE_BYTES:
-            raise InputError(f"file is {path.stat().st_size} bytes; a compute profile may be at most "
-                             f"{_MAX_PROFILE_BYTES} bytes", source=str(path))
-        data = safe_load_limited(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise InputError("compute profile file not found", source=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file (expected a UTF-8 YAML compute profile)", source=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read compute profile file ({exc.strerror or exc})", source=str(path)) from None
+        data = safe_load_limited(text)
     except yaml.YAMLError as exc:
         raise InputError(f"not valid YAML ({str(exc).splitlines()[0]})", source=str(path)) from None
+    except RecursionError:
+        raise InputError("YAML nesting too deep", source=str(path)) from None
     if not isinstance(data, dict) or not isinstance(data.get("device"), str) or not isinstance(data.get("models"), dict):
         raise InputError("a compute profile must be a mapping with 'device' (string) and 'models' (mapping)",
                          source=str(path))
@@ -117,21 +109,33 @@ def _profile_timings(path: Path) -> tuple[tuple[tuple[str, str], ModelTiming], .
     return _PARSED[key]
 
 
+def _profile_number(entry: dict, key: str, path: Path, field: str) -> float | None:
+    """``entry[key]`` as a finite float (None if absent); a bool, string or non-finite value is an error."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{key} must be a finite number, got {value!r}", source=str(path), field=f"{field}.{key}")
+    return float(value)
+
+
 def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], ModelTiming]]:
     for model, entry in data["models"].items():
         field = f"models.{model}"
         if not isinstance(entry, dict):
             raise InputError("must be a mapping with t0_s and t1_s", source=str(path), field=field)
-        try:
-            t0, t1 = float(entry["t0_s"]), float(entry["t1_s"])
-        except (KeyError, TypeError, ValueError):
+        t0, t1 = (_profile_number(entry, key, path, field) for key in ("t0_s", "t1_s"))
+        if t0 is None or t1 is None:
             raise InputError("needs numeric t0_s and t1_s (seconds, seconds per sample)",
-                             source=str(path), field=field) from None
-        if not (math.isfinite(t0) and math.isfinite(t1)) or t0 < 0 or t1 <= 0:
+                             source=str(path), field=field)
+        if t0 < 0 or t1 <= 0:
             raise InputError(f"t0_s must be >= 0 and t1_s > 0, got t0_s={t0}, t1_s={t1}",
                              source=str(path), field=field)
-        flops = entry.get("forward_flops_per_sample")
-        yield (data["device"], str(model)), ModelTiming(t0, t1, float(flops) if flops else None, str(path))
+        flops = _profile_number(entry, "forward_flops_per_sample", path, field)
+        if flops is not None and flops <= 0:
+            raise InputError(f"must be greater than zero, got {flops}", source=str(path),
+                             field=f"{field}.forward_flops_per_sample")
+        yield (data["device"], str(model)), ModelTiming(t0, t1, flops, str(path))
 
 
 class ComputeModel:

@@ -19,10 +19,11 @@ import bisect
 import math
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from ..config import USER_CONFIG
 from ..seeding import numpy_stream
-from .spec import Seconds
+from .spec import Interval, Seconds
 
 __all__ = ["RandomWindows", "StragglerSpec", "StragglerSchedule"]
 
@@ -30,19 +31,19 @@ __all__ = ["RandomWindows", "StragglerSpec", "StragglerSchedule"]
 class RandomWindows(BaseModel):
     """Poisson arrivals of straggler windows."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    mean_interval: Seconds = Field(description="mean time between window starts, e.g. '30s'")
+    model_config = USER_CONFIG
+    mean_interval: Interval = Field(description="mean time between window starts, e.g. '30s'")
 
 
 class StragglerSpec(BaseModel):
     """Ranks slowed by ``factor`` during some windows."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
     ranks: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="ranks affected")
-    factor: float = Field(gt=0, description="compute time multiplier inside a window (2 = twice as slow)")
-    duration: Seconds = Field(description="length of each window, e.g. '2s'")
+    factor: float = Field(ge=1e-3, le=1e3, description="compute time multiplier inside a window (2 = twice as slow), 0.001 .. 1000")
+    duration: Interval = Field(description="length of each window, e.g. '2s'")
     start: Seconds = Field(0.0, description="start of the first window (fixed and periodic)")
-    every: Seconds | None = Field(None, description="period of repeated windows (periodic)")
+    every: Interval | None = Field(None, description="period of repeated windows (periodic)")
     random: RandomWindows | None = Field(None, description="random windows instead of fixed/periodic ones")
 
     @model_validator(mode="after")

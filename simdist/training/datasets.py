@@ -9,12 +9,13 @@ train/test split) comes from named streams of the run seed, so a seed fixes the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Annotated, Callable
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from ..config import FROM_LIST, USER_CONFIG
 from ..registry import Registry
 from ..seeding import numpy_stream
 
@@ -57,7 +58,7 @@ _TEST_FRACTION = Field(
 class SyntheticConfig(BaseModel):
     """Options of the ``synthetic`` Gaussian-mixture dataset."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     samples: int = Field(4000, ge=2, description="Total number of samples, train plus test. Default 4000.")
     features: int = Field(32, ge=1, description="Dimension of each sample. Default 32.")
@@ -76,7 +77,7 @@ class SyntheticConfig(BaseModel):
 class DigitsConfig(BaseModel):
     """Options of the ``digits`` dataset."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     test_fraction: float = _TEST_FRACTION
 
@@ -172,10 +173,10 @@ def digits(seed: int, config: DigitsConfig) -> Dataset:
 class ShapeOnlyConfig(BaseModel):
     """Options of a shape-only dataset (sizes without values, for timing-only runs)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     samples: int = Field(1_281_167, ge=1, description="Training samples per epoch. Default: ImageNet-1k's 1,281,167.")
-    input_shape: tuple[int, ...] = Field((3, 224, 224), description="Shape of one sample. Default (3, 224, 224).")
+    input_shape: Annotated[tuple[int, ...], FROM_LIST] = Field((3, 224, 224), description="Shape of one sample. Default (3, 224, 224).")
     classes: int = Field(1000, ge=2, description="Number of classes. Default 1000.")
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from ..config import USER_CONFIG
 
 __all__ = ["LossCurveConfig"]
 
@@ -26,7 +28,7 @@ __all__ = ["LossCurveConfig"]
 class LossCurveConfig(BaseModel):
     """A per-epoch loss list or a named decay law (see the module docstring)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     values: list[float] | None = Field(None, min_length=1, description="loss per epoch, in order")
     law: Literal["exponential", "power", "step"] | None = Field(None, description="named decay law")

@@ -17,12 +17,13 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Annotated, Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from torch import nn
 
+from ..config import FROM_LIST, USER_CONFIG
 from ..errors import InputError
 from ..registry import Registry
 
@@ -47,7 +48,7 @@ MODELS: Registry[ModelFactory] = Registry("model")
 class MLPConfig(BaseModel):
     """Options of the ``mlp`` model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     hidden: list[int] = Field(
         default_factory=lambda: [128],
@@ -65,9 +66,9 @@ class MLPConfig(BaseModel):
 class CNNConfig(BaseModel):
     """Options of the ``cnn`` (LeNet-like) model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
-    channels: tuple[int, int] = Field(
+    channels: Annotated[tuple[int, int], FROM_LIST] = Field(
         (6, 16), description="Output channels of the two conv layers (LeNet-5: 6, 16). Default (6, 16)."
     )
     kernel_size: int = Field(
@@ -76,7 +77,7 @@ class CNNConfig(BaseModel):
         description="Side of the square conv kernels (pixels), odd; 'same' padding keeps the image size "
         "so 8x8 digits survive two 2x2 poolings. Default 3.",
     )
-    fc: tuple[int, ...] = Field(
+    fc: Annotated[tuple[int, ...], FROM_LIST] = Field(
         (120, 84), description="Widths of the fully connected hidden layers (LeNet-5: 120, 84). Default (120, 84)."
     )
 

@@ -15,10 +15,12 @@ so a flat-vector replica trains like a module under ``torch.optim`` (tested).
 from __future__ import annotations
 
 import math
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from ..config import FROM_LIST, USER_CONFIG
 
 __all__ = ["OptimizerConfig", "Optimizer", "SGD", "Adam", "make_optimizer"]
 
@@ -26,7 +28,7 @@ __all__ = ["OptimizerConfig", "Optimizer", "SGD", "Adam", "make_optimizer"]
 class OptimizerConfig(BaseModel):
     """Which optimizer each replica runs, and its hyper-parameters."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     name: Literal["sgd", "adam"] = Field(
         "sgd", description="'sgd' (torch.optim.SGD) or 'adam' (torch.optim.Adam). Default 'sgd'."
@@ -39,7 +41,7 @@ class OptimizerConfig(BaseModel):
         0.0, ge=0.0, description="L2 penalty added to the gradient as wd * params, >= 0. Default 0.0."
     )
     nesterov: bool = Field(False, description="SGD Nesterov momentum (needs momentum > 0). Default false.")
-    betas: tuple[float, float] = Field(
+    betas: Annotated[tuple[float, float], FROM_LIST] = Field(
         (0.9, 0.999),
         description="Adam decay rates of the first and second moment, each in [0, 1). Default (0.9, 0.999).",
     )

@@ -11,9 +11,10 @@ He, Zhang, Ren, Sun: "Deep Residual Learning for Image Recognition", CVPR 2016.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from torch import nn
 
+from ..config import USER_CONFIG
 from ..errors import InputError
 from .models import MODELS
 
@@ -23,7 +24,7 @@ __all__ = ["ResNetConfig", "resnet50", "resnet18"]
 class ResNetConfig(BaseModel):
     """Options of the ResNet models."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = USER_CONFIG
 
     num_classes: int | None = Field(
         None, ge=1, description="Classifier outputs. Default: the dataset's classes (1000 for imagenet-shape).")

@@ -18,6 +18,7 @@ import pydantic
 import torch
 from torch import nn
 
+from ..config import describe_validation_error
 from ..errors import InputError
 from ..seeding import derive_seed
 from .data import Batch, EpochSharder
@@ -112,12 +113,10 @@ def _validated(config_cls: type[pydantic.BaseModel], options: dict | None, field
     try:
         return config_cls.model_validate(options or {})
     except pydantic.ValidationError as err:
-        first = err.errors()[0]
-        path = ".".join(str(part) for part in (field, *first["loc"]))
-        message = first["msg"]
-        if first["type"] == "extra_forbidden":
+        where, message = describe_validation_error(err)
+        if err.errors()[0]["type"] == "extra_forbidden":
             message = f"unknown option; allowed: {', '.join(config_cls.model_fields)}"
-        raise InputError(message, field=path) from None
+        raise InputError(message, field=f"{field}.{where}" if where else field) from None
 
 
 def _build_module(model: str, options: dict | None, dataset: Dataset, allow_import: bool) -> tuple[nn.Module, Any]:
