@@ -13,6 +13,7 @@ computing at the same instant on identical weights cost one vectorised forward/b
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +177,9 @@ class Simulation:
             self.stop_event.succeed()
 
     def on_update(self, row: dict[str, Any]) -> None:
+        loss = row.get("loss")
+        if loss is not None and not math.isfinite(loss):  # the weights are no longer numbers
+            self.request_stop("diverged")
         step = int(row["step"])
         if step > self.stop.max_step:
             self.stop.max_step = step

@@ -154,11 +154,13 @@ class ComputeModel:
         for device in platform.devices:
             key = device.profile_device
             if key not in self._base:
-                self._base[key] = self._timing_for(device, timings, model, forward_flops_per_sample,
+                self._base[key] = self.timing_for(device, timings, model, forward_flops_per_sample,
                                                    parameter_layers, efficiency, kernel_overhead_s)
 
     @staticmethod
-    def _timing_for(device, timings, model, flops, layers, efficiency, overhead_s) -> ModelTiming:
+    def timing_for(device, timings, model, flops, layers, efficiency, overhead_s) -> ModelTiming:
+        """The t0 + t1 * batch timing of ``model`` on ``device`` (anything with ``profile_device`` and
+        ``peak_flops``): a measured profile, scaled to the model's FLOPs, or the FLOP-count estimate."""
         measured = timings.get((device.profile_device, model))
         if measured is not None:
             scale = flops / measured.forward_flops_per_sample if measured.forward_flops_per_sample and flops else 1.0

@@ -335,7 +335,8 @@ class SimWorld(CollectiveExecution):
         self.recorder.update_block(block)
         if self.update_listeners:
             row = dict(time_s=block.time_s, worker=int(block.workers[0]), step=block.step, version=block.version,
-                       staleness=block.staleness, batch_size=int(block.batch_size[0]))
+                       staleness=block.staleness, batch_size=int(block.batch_size[0]),
+                       loss=None if block.loss is None else float(block.loss.max()))  # NaN propagates: divergence shows
             for listener in self.update_listeners:
                 listener(row)
 

@@ -19,7 +19,7 @@ from ..config import FROM_LIST, USER_CONFIG
 from ..registry import Registry
 from ..seeding import numpy_stream
 
-__all__ = ["DATASETS", "Dataset", "build_dataset", "SyntheticConfig", "DigitsConfig", "ShapeOnlyConfig"]
+__all__ = ["DATASETS", "Dataset", "DatasetShape", "build_dataset", "SyntheticConfig", "DigitsConfig", "ShapeOnlyConfig"]
 
 DATASETS: Registry[Callable[[int, object], "Dataset"]] = Registry("dataset")
 
@@ -50,9 +50,21 @@ class Dataset:
         return int(self.test_y.shape[0])
 
 
+_DIGITS_SAMPLES = 1797  # scikit-learn's load_digits
+
 _TEST_FRACTION = Field(
     0.2, gt=0.0, lt=1.0, description="Share of the samples held out for testing, in (0, 1). Default 0.2."
 )
+
+
+@dataclass(frozen=True)
+class DatasetShape:
+    """A dataset's sizes, known from its options before any sample is made (for work estimates)."""
+
+    samples: int  # train plus test
+    input_shape: tuple[int, ...]
+    classes: int
+    test_fraction: float
 
 
 class SyntheticConfig(BaseModel):
@@ -73,6 +85,9 @@ class SyntheticConfig(BaseModel):
     clusters_per_class: int = Field(1, ge=1, description="Gaussian clusters making up each class. Default 1.")
     test_fraction: float = _TEST_FRACTION
 
+    def shape(self) -> DatasetShape:
+        return DatasetShape(self.samples, (self.features,), self.classes, self.test_fraction)
+
 
 class DigitsConfig(BaseModel):
     """Options of the ``digits`` dataset."""
@@ -80,6 +95,9 @@ class DigitsConfig(BaseModel):
     model_config = USER_CONFIG
 
     test_fraction: float = _TEST_FRACTION
+
+    def shape(self) -> DatasetShape:
+        return DatasetShape(_DIGITS_SAMPLES, (1, 8, 8), 10, self.test_fraction)
 
 
 def _split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -178,6 +196,9 @@ class ShapeOnlyConfig(BaseModel):
     samples: int = Field(1_281_167, ge=1, description="Training samples per epoch. Default: ImageNet-1k's 1,281,167.")
     input_shape: Annotated[tuple[int, ...], FROM_LIST] = Field((3, 224, 224), description="Shape of one sample. Default (3, 224, 224).")
     classes: int = Field(1000, ge=2, description="Number of classes. Default 1000.")
+
+    def shape(self) -> DatasetShape:
+        return DatasetShape(self.samples, tuple(self.input_shape), self.classes, 0.0)
 
 
 @DATASETS.register(

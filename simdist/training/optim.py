@@ -25,6 +25,11 @@ from ..config import FROM_LIST, USER_CONFIG
 __all__ = ["OptimizerConfig", "Optimizer", "SGD", "Adam", "make_optimizer"]
 
 
+MAX_LR = 1e6
+"""Above this a step is no longer a step: float32 parameters overflow within an update or two, and
+a rate near float32's range (3.4e38) cannot even be passed to the update kernels."""
+
+
 class OptimizerConfig(BaseModel):
     """Which optimizer each replica runs, and its hyper-parameters."""
 
@@ -33,7 +38,7 @@ class OptimizerConfig(BaseModel):
     name: Literal["sgd", "adam"] = Field(
         "sgd", description="'sgd' (torch.optim.SGD) or 'adam' (torch.optim.Adam). Default 'sgd'."
     )
-    lr: float = Field(0.1, gt=0.0, description="Learning rate (step size per update), > 0. Default 0.1.")
+    lr: float = Field(0.1, gt=0.0, le=MAX_LR, description="Learning rate (step size per update), in (0, 1e6]. Default 0.1.")
     momentum: float = Field(
         0.0, ge=0.0, lt=1.0, description="SGD momentum factor in [0, 1); dampening is 0. Default 0.0."
     )

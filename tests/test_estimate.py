@@ -1,0 +1,82 @@
+"""The work estimate: counts from the scenario alone, and refusals that name the field to change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simdist.errors import InputError
+from simdist.estimate import MAX_WALL_S, check_work, estimate_work
+from simdist.scenario import load_scenario, scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def quickstart(*overrides: str):
+    return load_scenario(QUICKSTART, list(overrides))
+
+
+def test_quickstart_counts_follow_from_its_fields():
+    scenario = quickstart()
+    estimate = estimate_work(scenario)
+    # MLP 64-128-10: 64*128 + 128 + 128*10 + 10 parameters
+    assert estimate.params == 64 * 128 + 128 + 128 * 10 + 10
+    train = 1797 * 0.8
+    assert estimate.passes == pytest.approx(20 * (train / 32 + 4))
+    assert estimate.evaluations == pytest.approx(estimate.passes / 4 / 10 + 1)
+    assert estimate.memory_bytes < 64 * 2**20 and estimate.wall_s < 60
+    check_work(scenario, estimate)
+
+
+def test_steps_bound_the_passes_when_they_come_first():
+    estimate = estimate_work(quickstart("stop.steps=10"))
+    assert estimate.passes == 40 and estimate.passes_field == "stop.steps"
+
+
+def test_virtual_time_alone_is_bounded_by_the_fastest_compute_step():
+    short = estimate_work(quickstart("stop.epochs=null", "stop.virtual_time=10ms"))
+    long = estimate_work(quickstart("stop.epochs=null", "stop.virtual_time=1s"))
+    assert short.passes_field == "stop.virtual_time"
+    assert long.passes == pytest.approx(100 * short.passes, rel=0.05)
+
+
+def test_a_billion_unit_layer_is_refused_for_memory_naming_the_model():
+    scenario = quickstart("workload.model.hidden=[1000000000]")
+    estimate = estimate_work(scenario)
+    assert estimate.params > 6e10
+    with pytest.raises(InputError, match="of memory") as err:
+        check_work(scenario, estimate)
+    assert err.value.field == "workload.model" and "--force" in str(err.value)
+    check_work(scenario, estimate, force=True)  # the user's call
+
+
+def test_a_nanosecond_evaluation_interval_is_refused_naming_it():
+    scenario = quickstart("evaluation.every_time=1ns", "evaluation.every_steps=null")
+    estimate = estimate_work(scenario)
+    assert estimate.wall_s > MAX_WALL_S
+    with pytest.raises(InputError, match="raise evaluation.every_time") as err:
+        check_work(scenario, estimate)
+    assert err.value.field == "evaluation.every_time"
+
+
+def test_memory_limit_is_the_hosts_unless_given():
+    scenario = quickstart()
+    estimate = estimate_work(scenario)
+    with pytest.raises(InputError, match="more than"):
+        check_work(scenario, estimate, memory_limit_bytes=estimate.memory_bytes / 2)
+
+
+def test_timing_only_holds_no_tensors():
+    scenario = load_scenario(ROOT / "scenarios" / "resnet50_horovod_timing.yaml")
+    estimate = estimate_work(scenario)
+    assert estimate.params == pytest.approx(25.6e6, rel=0.01)
+    assert estimate.evaluations == 0 and estimate.memory_bytes < 64 * 2**20
+
+
+def test_an_imported_model_is_estimated_without_its_parameters():
+    data = {"platform": "laptop-cpu", "workload": {"model": "os.path:join", "allow_code_import": True},
+            "algorithm": "sync", "stop": {"steps": 2}}
+    estimate = estimate_work(scenario_from_dict(data))
+    assert estimate.params is None and estimate.passes == 2 * estimate.ranks  # laptop-cpu: 4 workers
