@@ -57,7 +57,9 @@ _KINDS = {bool: "a boolean", float: "a float", int: "an integer", str: "a string
 
 def _shown(value: Any) -> str:
     """A rejected value as the user wrote it (YAML spelling, shortened) and its type."""
-    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    if isinstance(value, (list, dict)):  # never repr a container: it may stand for millions of values
+        return f"a {'list' if isinstance(value, list) else 'mapping'} of {len(value)} items"
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)[:200]
     text = text if len(text) <= 40 else text[:37] + "..."
     kind = _KINDS.get(type(value))
     return f"{text} ({kind})" if kind else text

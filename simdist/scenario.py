@@ -15,6 +15,7 @@ what is allowed. After loading, runtime objects trust the configuration.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,8 +36,9 @@ from .yamlio import MAX_DEPTH, parse_scalar, safe_load_limited
 
 __all__ = ["ComparePoint", "SweepConfig", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
            "OutputConfig", "load_scenario", "scenario_from_dict", "apply_overrides", "format_validation_error",
-           "MAX_SCENARIO_BYTES", "scenario_json_schema"]
+           "MAX_SCENARIO_BYTES", "MAX_SWEEP_POINTS", "scenario_json_schema"]
 
+MAX_SWEEP_POINTS = 10_000  # each point is a run; more is a mistake in the grid, not an experiment
 MAX_SCENARIO_BYTES = CAPS["scenario"]  # a scenario is a few hundred lines; anything larger is a mistake
 
 
@@ -67,7 +69,7 @@ class WorkloadConfig(_Config):
 
     model: NamedSpec = Field(description="model name (simdist list models), 'pkg.mod:factory', or {name, options...}")
     dataset: NamedSpec = Field(NamedSpec(name="digits"), description="dataset name (simdist list datasets) or {name, options...}")
-    batch_size: int = Field(32, ge=1, description="samples per worker per step")
+    batch_size: int = Field(32, ge=1, le=2**24, description="samples per worker per step (at most 2**24)")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     timing_only: bool = Field(False, description="no tensors: payload sizes from the parameter count, no accuracy")
     allow_code_import: bool = Field(False, description="allow model: 'pkg.mod:factory' (imports and runs that code)")
@@ -145,7 +147,7 @@ class ComputeConfig(_Config):
     noise_sigma: float = Field(0.0, ge=0, le=2, description="log-std of lognormal compute jitter (0 = none)")
     efficiency: float = Field(0.4, gt=0, le=1, description="fraction of peak FLOP/s for devices without a measured profile")
     kernel_overhead_s: LatencySeconds = Field(10e-6, description="per-kernel launch cost for devices without a measured profile")
-    threads: int = Field(1, ge=1, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
+    threads: int = Field(1, ge=1, le=1024, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
     stragglers: list[StragglerSpec] = Field(default_factory=list,
                                             description="ranks slowed by a factor in fixed, periodic or random windows")
 
@@ -177,6 +179,15 @@ class SweepConfig(_Config):
                                        description="{dotted.key: [values...]}: every combination is a point")
     points: list[dict[str, Any]] = Field(default_factory=list,
                                          description="[{dotted.key: value, ...}]: further points, after the grid's")
+
+    @model_validator(mode="after")
+    def _not_too_many(self):
+        count = math.prod(len(values) for values in self.grid.values()) if self.grid else 0
+        count += len(self.points)
+        if count > MAX_SWEEP_POINTS:
+            raise ValueError(f"{count:,} points (grid axes multiply); a sweep may have at most "
+                             f"{MAX_SWEEP_POINTS:,}: split it or drop values")
+        return self
 
     @field_validator("grid")
     @classmethod

@@ -42,10 +42,10 @@ def test_virtual_time_alone_is_bounded_by_the_fastest_compute_step():
     assert long.passes == pytest.approx(100 * short.passes, rel=0.05)
 
 
-def test_a_billion_unit_layer_is_refused_for_memory_naming_the_model():
-    scenario = quickstart("workload.model.hidden=[1000000000]")
+def test_two_layers_of_sixteen_million_units_are_refused_for_memory_naming_the_model():
+    scenario = quickstart("workload.model.hidden=[16000000, 16000000]")
     estimate = estimate_work(scenario)
-    assert estimate.params > 6e10
+    assert estimate.params > 2.5e14
     with pytest.raises(InputError, match="of memory") as err:
         check_work(scenario, estimate)
     assert err.value.field == "workload.model" and "--force" in str(err.value)

@@ -169,3 +169,10 @@ def test_a_diverging_run_stops_with_status_diverged_and_no_nan_in_outputs(tmp_pa
     for name in ("steps.csv", "evals.csv", "workers.csv"):
         text = (tmp_path / "out" / name).read_text().lower()
         assert "nan" not in text and "inf" not in text, name
+
+
+def test_a_sweep_grid_of_millions_of_points_is_refused_before_expanding():
+    grid = {f"seed{i}": list(range(30)) for i in range(6)}
+    with pytest.raises(InputError, match="729,000,000 points") as err:
+        scenario_from_dict(tiny(sweep={"grid": grid}), source="s.yaml")
+    assert err.value.field == "sweep"

@@ -52,15 +52,16 @@ def weighted_line(x: Sequence[float], y: Sequence[float], weighting: str = "rela
         raise ValueError("fitting a line needs at least two different x values")
     if weighting == "relative" and np.any(ys <= 0):
         raise ValueError("relative weighting needs positive measurements")
-    w = 1.0 / ys**2 if weighting == "relative" else np.ones_like(ys)
-    sw, swx, swy = w.sum(), (w * xs).sum(), (w * ys).sum()
-    swxx, swxy = (w * xs * xs).sum(), (w * xs * ys).sum()
-    det = sw * swxx - swx * swx
-    a, b = (swxx * swy - swx * swxy) / det, (sw * swxy - swx * swy) / det
-    if nonnegative and a < 0:
-        a, b = 0.0, swxy / swxx
-    if nonnegative and b < 0:
-        a, b = swy / sw, 0.0
+    with np.errstate(all="ignore"):  # extreme values give non-finite coefficients, which check_fitted refuses
+        w = 1.0 / ys**2 if weighting == "relative" else np.ones_like(ys)
+        sw, swx, swy = w.sum(), (w * xs).sum(), (w * ys).sum()
+        swxx, swxy = (w * xs * xs).sum(), (w * xs * ys).sum()
+        det = sw * swxx - swx * swx
+        a, b = (swxx * swy - swx * swxy) / det, (sw * swxy - swx * swy) / det
+        if nonnegative and a < 0:
+            a, b = 0.0, swxy / swxx
+        if nonnegative and b < 0:
+            a, b = swy / sw, 0.0
     return float(a), float(b)
 
 

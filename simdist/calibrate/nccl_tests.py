@@ -14,6 +14,7 @@ allreduce, ``(n−1)/n``, or 1). The ratio also checks the rank count read from 
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -55,7 +56,9 @@ def _row(path: str, lineno: int, line: str) -> dict:
         middle = tokens[2:-8]
         if not middle or not re.fullmatch(r"[A-Za-z_0-9]+", middle[0]) or middle[0].lstrip("-").isdigit():
             raise ValueError
-        if not tail[0] > 0:
+        if not 0 < tail[0] < 1e12 or size < 0 or count < 0 or size > 2**53:  # time in us: finite, positive
+            raise ValueError
+        if any(math.isinf(v) or v < 0 for v in tail[:3] + tail[4:]):  # N/A is nan; inf or negative is corrupt
             raise ValueError
     except ValueError:
         raise TraceError(path, f"line {lineno}: expected an nccl-tests row ({_EXPECTED}), got "

@@ -18,6 +18,7 @@ The number of processes is not in OSU's output; collective fits take it as an op
 
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
@@ -66,10 +67,10 @@ def _rows(path: str, lines: list[tuple[int, str]], ncols: int) -> list[list[floa
         tokens = line.split()
         try:
             values = [float(t) for t in tokens]
-            if len(values) != ncols:
+            if len(values) != ncols or not all(math.isfinite(v) and v >= 0 for v in values) or values[0] > 2**53:
                 raise ValueError
         except ValueError:
-            raise TraceError(path, f"line {lineno}: expected {ncols} numbers (size and the header's columns), got "
+            raise TraceError(path, f"line {lineno}: expected {ncols} finite non-negative numbers (size and the header's columns), got "
                                    f"{shorten(line)!r}; the file is truncated or not OSU output") from None
         rows.append(values)
     return rows

@@ -109,6 +109,9 @@ def _profile_timings(path: Path) -> tuple[tuple[tuple[str, str], ModelTiming], .
     return _PARSED[key]
 
 
+MAX_PROFILE_TIME_S = 3600.0  # an hour per step or per sample is a unit slip, not a measurement
+
+
 def _profile_number(entry: dict, key: str, path: Path, field: str) -> float | None:
     """``entry[key]`` as a finite float (None if absent); a bool, string or non-finite value is an error."""
     value = entry.get(key)
@@ -128,9 +131,9 @@ def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], M
         if t0 is None or t1 is None:
             raise InputError("needs numeric t0_s and t1_s (seconds, seconds per sample)",
                              source=str(path), field=field)
-        if t0 < 0 or t1 <= 0:
-            raise InputError(f"t0_s must be >= 0 and t1_s > 0, got t0_s={t0}, t1_s={t1}",
-                             source=str(path), field=field)
+        if not (0 <= t0 <= MAX_PROFILE_TIME_S and 0 < t1 <= MAX_PROFILE_TIME_S):
+            raise InputError(f"t0_s must be in [0, {MAX_PROFILE_TIME_S:g}] s and t1_s in (0, {MAX_PROFILE_TIME_S:g}] s, "
+                             f"got t0_s={t0}, t1_s={t1}", source=str(path), field=field)
         flops = _profile_number(entry, "forward_flops_per_sample", path, field)
         if flops is not None and flops <= 0:
             raise InputError(f"must be greater than zero, got {flops}", source=str(path),

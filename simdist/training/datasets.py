@@ -72,9 +72,9 @@ class SyntheticConfig(BaseModel):
 
     model_config = USER_CONFIG
 
-    samples: int = Field(4000, ge=2, description="Total number of samples, train plus test. Default 4000.")
-    features: int = Field(32, ge=1, description="Dimension of each sample. Default 32.")
-    classes: int = Field(10, ge=2, description="Number of classes. Default 10.")
+    samples: int = Field(4000, ge=2, le=2**31, description="Total number of samples, train plus test. Default 4000.")
+    features: int = Field(32, ge=1, le=2**24, description="Dimension of each sample. Default 32.")
+    classes: int = Field(10, ge=2, le=2**20, description="Number of classes. Default 10.")
     separation: float = Field(
         2.0,
         gt=0.0,
@@ -82,7 +82,7 @@ class SyntheticConfig(BaseModel):
         "mean lies at this distance from the origin, so two means are about sqrt(2) times it apart; "
         "smaller is harder. Default 2.0.",
     )
-    clusters_per_class: int = Field(1, ge=1, description="Gaussian clusters making up each class. Default 1.")
+    clusters_per_class: int = Field(1, ge=1, le=2**10, description="Gaussian clusters making up each class. Default 1.")
     test_fraction: float = _TEST_FRACTION
 
     def shape(self) -> DatasetShape:
@@ -193,9 +193,10 @@ class ShapeOnlyConfig(BaseModel):
 
     model_config = USER_CONFIG
 
-    samples: int = Field(1_281_167, ge=1, description="Training samples per epoch. Default: ImageNet-1k's 1,281,167.")
-    input_shape: Annotated[tuple[int, ...], FROM_LIST] = Field((3, 224, 224), description="Shape of one sample. Default (3, 224, 224).")
-    classes: int = Field(1000, ge=2, description="Number of classes. Default 1000.")
+    samples: int = Field(1_281_167, ge=1, le=2**40, description="Training samples per epoch. Default: ImageNet-1k's 1,281,167.")
+    input_shape: Annotated[tuple[Annotated[int, Field(ge=1, le=2**24)], ...], FROM_LIST] = Field(
+        (3, 224, 224), min_length=1, max_length=8, description="Shape of one sample. Default (3, 224, 224).")
+    classes: int = Field(1000, ge=2, le=2**20, description="Number of classes. Default 1000.")
 
     def shape(self) -> DatasetShape:
         return DatasetShape(self.samples, tuple(self.input_shape), self.classes, 0.0)

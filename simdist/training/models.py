@@ -41,6 +41,8 @@ ModelFactory = Callable[[tuple[int, ...], int, object], nn.Module]
 
 MODELS: Registry[ModelFactory] = Registry("model")
 
+MAX_WIDTH = 2**24  # units or channels of one layer: 16 M, beyond any model trained here (and PyTorch's limits)
+
 
 # --------------------------------------------------------------------------- configs
 
@@ -58,8 +60,8 @@ class MLPConfig(BaseModel):
     @field_validator("hidden")
     @classmethod
     def _positive(cls, widths: list[int]) -> list[int]:
-        if any(w < 1 for w in widths):
-            raise ValueError(f"hidden layer widths must be positive integers, got {widths}")
+        if any(not 1 <= w <= MAX_WIDTH for w in widths):
+            raise ValueError(f"hidden layer widths must be integers from 1 to {MAX_WIDTH}, got {widths}")
         return widths
 
 
@@ -74,6 +76,7 @@ class CNNConfig(BaseModel):
     kernel_size: int = Field(
         3,
         ge=1,
+        le=255,
         description="Side of the square conv kernels (pixels), odd; 'same' padding keeps the image size "
         "so 8x8 digits survive two 2x2 poolings. Default 3.",
     )
@@ -91,8 +94,8 @@ class CNNConfig(BaseModel):
     @field_validator("channels", "fc")
     @classmethod
     def _positive(cls, widths: tuple[int, ...]) -> tuple[int, ...]:
-        if any(w < 1 for w in widths):
-            raise ValueError(f"widths must be positive integers, got {list(widths)}")
+        if any(not 1 <= w <= MAX_WIDTH for w in widths):
+            raise ValueError(f"widths must be integers from 1 to {MAX_WIDTH}, got {list(widths)}")
         return widths
 
 

@@ -27,8 +27,8 @@ class ResNetConfig(BaseModel):
     model_config = USER_CONFIG
 
     num_classes: int | None = Field(
-        None, ge=1, description="Classifier outputs. Default: the dataset's classes (1000 for imagenet-shape).")
-    width: int = Field(64, ge=1, description="Channels of the stem; stages use 1, 2, 4, 8 times it. Default 64.")
+        None, ge=1, le=2**20, description="Classifier outputs. Default: the dataset's classes (1000 for imagenet-shape).")
+    width: int = Field(64, ge=1, le=2**16, description="Channels of the stem; stages use 1, 2, 4, 8 times it. Default 64.")
 
 
 class _Bottleneck(nn.Module):
