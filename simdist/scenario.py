@@ -360,6 +360,7 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
                        overrides: list[str] | None = None) -> Scenario:
     """Validate a scenario mapping (what :func:`load_scenario` does after reading the file)."""
     from .algorithms import ALGORITHMS  # registry fills on import
+    from .training.workload import check_workload_options
 
     data = apply_overrides(dict(data), overrides or [])
     data["platform"] = _resolve_platform(data.get("platform", "laptop-cpu"), base_dir or Path("."), source)
@@ -381,6 +382,12 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
     except ValidationError as exc:
         raise format_validation_error(exc, source=source, prefix="algorithm") from None
     _check_cross_fields(scenario, config, source)
+    workload = scenario.workload
+    try:
+        check_workload_options(workload.model.name, workload.model.options, workload.dataset.name,
+                               workload.dataset.options)
+    except InputError as exc:
+        raise exc.at(source=source) from None
     labels = [p.label for p in scenario.compare]
     if len(set(labels)) != len(labels):
         duplicate = next(label for label in labels if labels.count(label) > 1)

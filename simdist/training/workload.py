@@ -28,7 +28,7 @@ from .models import MODELS, LayerInfo, ModelInfo, load_import_model, model_info
 from .optim import OptimizerConfig, make_optimizer
 from .replica import Replica
 
-__all__ = ["Workload", "build_workload"]
+__all__ = ["Workload", "build_workload", "check_workload_options"]
 
 
 class Workload:
@@ -144,6 +144,26 @@ def _build_module(model: str, options: dict | None, dataset: Dataset, allow_impo
         raise err.at(field_prefix="workload.model") from None
     config = _validated(entry.config, options, "workload.model") if entry.config else None
     return entry.factory(dataset.input_shape, dataset.num_classes, config), config
+
+
+def check_workload_options(model: str, model_options: dict | None, dataset: str,
+                           dataset_options: dict | None) -> None:
+    """Validate the model's and the dataset's options without building either (scenario load time):
+    a sweep or comparison then refuses a bad point before running any."""
+    try:
+        data_entry = DATASETS.entry(dataset)
+    except InputError as err:
+        raise err.at(field_prefix="workload.dataset") from None
+    if data_entry.config:
+        _validated(data_entry.config, dataset_options, "workload.dataset")
+    if ":" in model:  # an import path: its options are the factory's keyword arguments
+        return
+    try:
+        entry = MODELS.entry(model)
+    except InputError as err:
+        raise err.at(field_prefix="workload.model") from None
+    if entry.config:
+        _validated(entry.config, model_options, "workload.model")
 
 
 def build_workload(model: str, model_options: dict | None, dataset: str, dataset_options: dict | None,
