@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an existing result directory")
     run.add_argument("--no-plots", action="store_true", help="skip the plots/ folder")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stdout")
+    run.add_argument("--force", action="store_true",
+                     help="run even where the work estimate exceeds the host's memory or 6 h (docs/reliability.md)")
 
     compare = sub.add_parser("compare", help="run a scenario's 'compare' variants and overlay their results")
     compare.add_argument("scenario", help="scenario YAML file with a 'compare' list")
@@ -78,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--overwrite", action="store_true", help="replace existing result directories")
     compare.add_argument("--no-plots", action="store_true", help="skip all figures")
     compare.add_argument("--quiet", action="store_true", help="no progress and no table on stdout")
+    compare.add_argument("--force", action="store_true",
+                         help="run even where a variant's work estimate exceeds the host's memory or 6 h")
 
     plot = sub.add_parser("plot", help="(re)draw the plots of a result directory from its tables")
     plot.add_argument("result", help="a result directory written by simdist run")
@@ -126,15 +130,15 @@ class _LazyProgress:
 
 
 def _cmd_run(args) -> int:
+    from .outdir import check_out_dir
     from .results import write_result_dir
     from .scenario import load_scenario
     from .simulate import simulate
 
     scenario = load_scenario(args.scenario, args.overrides, timing_only=args.timing_only)
     out = Path(args.out) if args.out else default_out_dir(scenario.name, args.scenario)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise InputError(f"result directory {str(out)!r} already exists; pass --overwrite to replace it",
-                         source="--out")
+    check_out_dir(out, kind="run", overwrite=args.overwrite)  # before simulating; checked again when written
+    check_estimate(scenario, force=args.force, quiet=args.quiet)
     progress = _LazyProgress(f"{scenario.name} ({scenario.algorithm_name})", not args.quiet and sys.stderr.isatty())
     try:
         result = simulate(scenario, progress=progress)
@@ -151,6 +155,16 @@ def _cmd_run(args) -> int:
         print(f"wrote {path}")
         print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
     return 0
+
+
+def check_estimate(scenario, *, force: bool, quiet: bool = True) -> None:
+    """Refuse a scenario whose estimated memory or wall time is beyond the host (unless ``force``);
+    say what a run will cost when it is long enough to wait for."""
+    from .estimate import refuse_excess_work
+
+    estimate = refuse_excess_work(scenario, force=force)
+    if not quiet and estimate.wall_s > 60:
+        print(f"simdist: estimate: {estimate.describe()}", file=sys.stderr)
 
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
@@ -183,7 +197,7 @@ def _cmd_compare(args) -> int:
             print(f"  {label}: done", flush=True)
 
     run_comparison(args.scenario, out, overrides=args.overrides, only=args.only or None, overwrite=args.overwrite,
-                   plots=not args.no_plots, progress=progress, announce=announce)
+                   plots=not args.no_plots, progress=progress, announce=announce, force=args.force)
     if not args.quiet:
         import pandas as pd
 
@@ -227,21 +241,26 @@ def _cmd_schema(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .osatomic import Terminated, sigterm_as_interrupt
+
     args = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "compare": _cmd_compare, "plot": _cmd_plot, "list": _cmd_list, "schema": _cmd_schema}
     try:
-        if args.command in handlers:
-            return handlers[args.command](args)
-        return args.func(args)  # calibrate, validate, sweep, report
+        with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C: temporary output is removed
+            if args.command in handlers:
+                return handlers[args.command](args)
+            return args.func(args)  # calibrate, validate, sweep, report
     except InputError as exc:
         print(f"simdist: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:  # stdout closed early (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print("simdist: interrupted; nothing was written for the unfinished run", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"simdist: {'terminated' if terminated else 'interrupted'}; output being written was left as it "
+              "was or completed, never half-written", file=sys.stderr)
+        return 143 if terminated else 130  # 128 + the signal's number, as a shell reports it
 
 
 if __name__ == "__main__":

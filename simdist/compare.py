@@ -16,17 +16,17 @@ staleness distributions overlaid). Plots read the written results; nothing is si
 from __future__ import annotations
 
 import copy
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
 from .errors import InputError
+from .estimate import refuse_excess_work
 from .metrics import SUMMARY_KEYS, summarize
+from .outdir import check_out_dir, open_container, staged_dir, write_file_atomically
 from .plots import plot_comparison
-from .results import load_result_dir, write_result_dir
+from .results import PLOTS_DIR, load_result_dir, write_result_dir
 from .scenario import Scenario, apply_overrides, read_scenario_file, scenario_from_dict, set_dotted
 from .simulate import Progress, simulate
 
@@ -63,30 +63,26 @@ def variant_scenarios(path: str | Path, overrides: list[str] | None = None,
     return variants
 
 
-def _write_csv_atomically(table: pd.DataFrame, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        table.to_csv(tmp, index=False, float_format="%.12g")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def run_comparison(path: str | Path, out_dir: str | Path, *, overrides: list[str] | None = None,
                    only: list[str] | None = None, overwrite: bool = False, plots: bool = True,
                    progress: Callable[[str], Progress | None] | None = None,
-                   announce: Callable[[str], None] | None = None) -> Path:
-    """Simulate every variant into ``out_dir/<label>/`` and write ``compare.csv`` and overlay plots."""
+                   announce: Callable[[str], None] | None = None, force: bool = False) -> Path:
+    """Simulate every variant into ``out_dir/<label>/`` and write ``compare.csv`` and overlay plots.
+
+    ``out_dir`` must be new, empty or a comparison folder (:mod:`simdist.outdir`); every
+    variant's folder and work estimate (:mod:`simdist.estimate`; ``force`` skips it) are
+    checked before anything is simulated.
+    """
     out = Path(out_dir)
     variants = variant_scenarios(path, overrides, only)
-    for label, _ in variants:  # refuse before simulating anything
-        target = out / label
-        if target.exists() and any(target.iterdir()) and not overwrite:
-            raise InputError(f"result directory {str(target)!r} already exists; pass --overwrite to replace it",
-                             source="--out")
-    out.mkdir(parents=True, exist_ok=True)
+    for _, scenario in variants:
+        refuse_excess_work(scenario, force=force)
+    check_out_dir(out, kind="compare", container=True)  # refuse before simulating anything
+    for label, _ in variants:
+        check_out_dir(out / label, kind="run", overwrite=overwrite)
+    if plots:
+        check_out_dir(out / PLOTS_DIR, kind="plots", regenerate=True)
+    open_container(out, kind="compare")
     rows = []
     for label, scenario in variants:
         result = simulate(scenario, progress=progress(label) if progress else None)
@@ -94,7 +90,9 @@ def run_comparison(path: str | Path, out_dir: str | Path, *, overrides: list[str
         rows.append({"label": label, **summarize(result)})
         if announce:
             announce(label)
-    _write_csv_atomically(pd.DataFrame(rows, columns=["label", *SUMMARY_KEYS]), out / "compare.csv")
+    table = pd.DataFrame(rows, columns=["label", *SUMMARY_KEYS])
+    write_file_atomically(out / "compare.csv", lambda tmp: table.to_csv(tmp, index=False, float_format="%.12g"))
     if plots:
-        plot_comparison([load_result_dir(out / label) for label, _ in variants], out / "plots")
+        with staged_dir(out / PLOTS_DIR, kind="plots", regenerate=True) as tmp:
+            plot_comparison([load_result_dir(out / label) for label, _ in variants], tmp)
     return out

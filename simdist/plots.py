@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from .outdir import staged_dir
 from .results import PLOTS_DIR, LoadedResult, load_result_dir
 from .tracefile import read_trace_spans
 
@@ -65,9 +66,16 @@ _TIME_LABEL = "virtual time (s)"
 
 
 def plot_result_dir(path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-    """Draw the figures of the result directory ``path`` into ``out_dir`` (default ``path/plots``)."""
+    """Draw the figures of the result directory ``path`` into ``out_dir`` (default ``path/plots``).
+
+    The folder is drawn whole and moved into place; it replaces only an earlier figures
+    folder (:mod:`simdist.outdir`). Returns the files written, under ``out_dir``.
+    """
     loaded = load_result_dir(path)
-    return plot_tables(loaded, Path(out_dir) if out_dir is not None else loaded.path / PLOTS_DIR)
+    out = Path(out_dir) if out_dir is not None else loaded.path / PLOTS_DIR
+    with staged_dir(out, kind="plots", regenerate=True) as tmp:
+        written = plot_tables(loaded, tmp)
+    return [out / p.relative_to(tmp) for p in written]
 
 
 def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[Path]:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
+from .outdir import staged_dir
 from .plots import (_new_figure, _save, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
                     plot_time_to_accuracy)
 from .results import load_result_dir
@@ -215,18 +216,22 @@ def _html(markdown: str, title: str) -> str:
 
 def write_report(sweep_dir: str | os.PathLike[str], reports_dir: str | os.PathLike[str] = "reports", *,
                  name: str | None = None) -> Path:
-    """Write ``reports_dir/<name>/index.md`` (and ``index.html``, ``ranking.csv``, ``figures/``); returns index.md."""
+    """Write ``reports_dir/<name>/index.md`` (and ``index.html``, ``ranking.csv``, ``figures/``); returns index.md.
+
+    The folder is written whole and moved into place (:mod:`simdist.outdir`); it replaces an
+    earlier report of that name, never a folder simdist did not write.
+    """
     sweep = Path(sweep_dir)
     meta, table = _read_sweep(sweep)
     name = name or str(meta.get("name") or sweep.name)
     if not name or "/" in name or name.startswith("."):
         raise InputError(f"report name {name!r} must be a plain folder name", source="--name")
     out = Path(reports_dir) / name
-    out.mkdir(parents=True, exist_ok=True)
-    ranking = ranking_table(table)
-    ranking.to_csv(out / "ranking.csv", index=False, float_format="%.6g")
-    figures = _figures(meta, table, sweep, out)
-    markdown = _markdown(meta, ranking, table, figures, sweep)
-    (out / "index.md").write_text(markdown, encoding="utf-8")
-    (out / "index.html").write_text(_html(markdown, name), encoding="utf-8")
+    with staged_dir(out, kind="report", regenerate=True) as tmp:  # replaces only an earlier report
+        ranking = ranking_table(table)
+        ranking.to_csv(tmp / "ranking.csv", index=False, float_format="%.6g")
+        figures = _figures(meta, table, sweep, tmp)
+        markdown = _markdown(meta, ranking, table, figures, sweep)
+        (tmp / "index.md").write_text(markdown, encoding="utf-8")
+        (tmp / "index.html").write_text(_html(markdown, name), encoding="utf-8")
     return out / "index.md"

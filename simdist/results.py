@@ -3,25 +3,26 @@
 ``simdist run SCENARIO --out DIR`` writes exactly one directory, atomically (a temporary
 sibling directory renamed into place), holding:
 
-==================  ==========================================================================
-``manifest.json``   resolved scenario and platform, seed, package versions, content hash, summary
-``summary.json``    the run's figures (see :data:`simdist.metrics.SUMMARY_KEYS`)
-``steps.csv``       one row per applied update: time_s, worker, step, version, staleness, batch_size, loss
-``evals.csv``       time_s, step, worker, test_loss, test_accuracy
-``workers.csv``     per worker: compute_s, comm_s, idle_s, samples, steps
-``links.csv``       per link: link, kind, bytes, busy_s
-``trace.json``      Chrome/Perfetto trace: a process per node, a thread per rank
-``plots/``          PNG and SVG figures read from the tables above
-==================  ==========================================================================
+=====================  ==========================================================================
+``manifest.json``      resolved scenario and platform, seed, package versions, content hash, summary
+``summary.json``       the run's figures (see :data:`simdist.metrics.SUMMARY_KEYS`)
+``steps.csv``          one row per applied update: time_s, worker, step, version, staleness, batch_size, loss
+``evals.csv``          time_s, step, worker, test_loss, test_accuracy
+``workers.csv``        per worker: compute_s, comm_s, idle_s, samples, steps
+``links.csv``          per link: link, kind, bytes, busy_s
+``trace.json``         Chrome/Perfetto trace: a process per node, a thread per rank
+``plots/``             PNG and SVG figures read from the tables above
+``.simdist-output``    the marker of a folder simdist wrote (:mod:`simdist.outdir`)
+=====================  ==========================================================================
 
 :func:`write_result_dir` writes that directory and :func:`load_result_dir` reads it back
 as a :class:`LoadedResult` (the tables as DataFrames). Plots and reports start from a
 loaded directory and never from a re-run.
 
-Atomicity: everything is written into a temporary sibling ``.<name>.tmp-<random>`` and
-renamed into place; on any error the temporary directory is removed and whatever was at
-the destination is left untouched. Replacing an existing directory (``overwrite=True``)
-renames the old one aside, renames the new one in, then deletes the old one.
+Atomicity and what may be replaced follow :mod:`simdist.outdir`: everything is written into
+a temporary sibling ``.<name>.tmp-<random>`` and moved into place; on any error the temporary
+directory is removed and whatever was at the destination is left untouched. Only a folder
+simdist wrote is replaced (``overwrite=True``), never the current directory or one above it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ import importlib.metadata
 import json
 import os
 import platform as _platform
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import pandas as pd
 from . import metrics, tracefile
 from .errors import InputError
 from .metrics import jsonable
+from .outdir import MARKER, staged_dir
 from .recorder import Recorder
 
 __all__ = [
@@ -110,7 +110,7 @@ TRACE = "trace.json"
 PLOTS_DIR = "plots"
 _TABLES = ("steps.csv", "evals.csv", "workers.csv", "links.csv")
 EVENTS = "events.csv"  # free-form events; optional when reading (older directories lack it)
-RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, EVENTS, TRACE)  # plus plots/
+RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, EVENTS, TRACE, MARKER)  # plus plots/
 _PACKAGES = ("torch", "numpy", "pandas", "simpy", "pydantic")
 _FLOAT_FORMAT = "%.12g"
 
@@ -146,20 +146,13 @@ def write_result_dir(result: RunResult, out_dir: str | os.PathLike[str], *, over
     """Write ``result`` as a result directory at ``out_dir``, atomically; returns ``Path(out_dir)``.
 
     An existing non-empty ``out_dir`` is an :class:`~simdist.errors.InputError` unless
-    ``overwrite``; then it is replaced only once the new directory is complete. The parent
-    directory is created if missing. ``plots=False`` leaves out ``plots/``.
+    ``overwrite`` and simdist wrote it (:mod:`simdist.outdir`); then it is replaced only once
+    the new directory is complete. The parent directory is created if missing.
+    ``plots=False`` leaves out ``plots/``.
     """
     out = Path(out_dir)
-    target = Path(os.path.abspath(out))
-    _check_destination(target, out, overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with staged_dir(out, kind="run", overwrite=overwrite) as tmp:
         _write_contents(result, tmp, plots=plots)
-        _move_into_place(tmp, target, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -215,15 +208,6 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
 # --------------------------------------------------------------------------- helpers
 
 
-def _check_destination(target: Path, shown: Path, overwrite: bool) -> None:
-    if not (target.exists() or target.is_symlink()):
-        return
-    if not target.is_dir():
-        raise InputError("exists and is not a directory; choose another --out", source=str(shown))
-    if any(target.iterdir()) and not overwrite:
-        raise InputError("result directory already exists; pass --overwrite to replace it", source=str(shown))
-
-
 def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
     summary = metrics.summarize(result)
     (directory / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -246,25 +230,6 @@ def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
         [MANIFEST] + [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()]
     )
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def _move_into_place(tmp: Path, target: Path, shown: Path, overwrite: bool) -> None:
-    if not (target.exists() or target.is_symlink()):
-        os.rename(tmp, target)
-        return
-    _check_destination(target, shown, overwrite)  # it may have appeared meanwhile
-    if not any(target.iterdir()):
-        target.rmdir()
-        os.rename(tmp, target)
-        return
-    aside = target.parent / f".{target.name}.old-{os.urandom(4).hex()}"
-    os.rename(target, aside)
-    try:
-        os.rename(tmp, target)
-    except BaseException:
-        os.rename(aside, target)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:

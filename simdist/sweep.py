@@ -11,7 +11,7 @@ of further points; a grid key joining several fields with commas links them (one
         - {algorithm.name: daso, workers: 4, workload.batch_size: 32}
 
 ``simdist sweep SCENARIO --out DIR`` validates every point's scenario before running any,
-then writes:
+refuses a ``DIR`` that is not new, empty or a sweep folder (:mod:`simdist.outdir`), then writes:
 
 ==========================  ==================================================================
 ``DIR/sweep.json``          the sweep: name, axes, and each point's label, key and axis values
@@ -38,8 +38,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -48,7 +46,9 @@ import pandas as pd
 
 from .backends import PointOutcome, PointTask, resolve_out, run_tasks
 from .errors import InputError
+from .estimate import refuse_excess_work
 from .metrics import SUMMARY_KEYS, jsonable
+from .outdir import open_container, tidy, write_text_atomically
 from .results import load_result_dir
 from .scenario import Scenario, apply_overrides, read_scenario_file, scenario_from_dict, set_dotted
 
@@ -167,18 +167,27 @@ def sweep_points(path: str | Path, overrides: list[str] | None = None) -> tuple[
 def run_sweep(path: str | Path, out_dir: str | Path, *, overrides: list[str] | None = None, backend: str = "local",
               jobs: int | None = None, scheduler: str | None = None, plots: bool | None = None,
               on_start: Callable[[int, int], None] | None = None,
-              on_point: Callable[[SweepPoint, PointOutcome], None] | None = None) -> SweepOutcome:
+              on_point: Callable[[SweepPoint, PointOutcome], None] | None = None,
+              force: bool = False) -> SweepOutcome:
     """Run the points of the sweep in ``path`` not yet complete in ``out_dir``; write ``sweep.csv``.
 
     ``plots`` (default: the scenario's ``outputs.plots``) draws each point's figures.
     ``on_start(total, already_done)`` is called once before running, ``on_point`` after each
     point finishes (success or failure). The table is rewritten after every point, so an
-    interrupted sweep leaves a valid ``sweep.csv`` of what is done.
+    interrupted sweep leaves a valid ``sweep.csv`` of what is done. Every point's work estimate
+    (:mod:`simdist.estimate`) is checked before any runs; ``force`` skips that check.
     """
     base, points = sweep_points(path, overrides)
+    for point in points:
+        try:
+            refuse_excess_work(point.scenario, force=force)
+        except InputError as exc:
+            raise InputError(f"point {point.label}: {exc.message}", source=exc.source, field=exc.field) from None
     out = Path(out_dir)
-    (out / POINTS_DIR).mkdir(parents=True, exist_ok=True)
-    _write_text_atomically(out / SWEEP_JSON, json.dumps(_sweep_meta(base, points, path), indent=2) + "\n")
+    open_container(out, kind="sweep")  # new, empty or a sweep folder; never the current directory
+    (out / POINTS_DIR).mkdir(exist_ok=True)
+    tidy(out / POINTS_DIR)  # point folders a killed sweep left half-written
+    write_text_atomically(out / SWEEP_JSON, json.dumps(_sweep_meta(base, points, path), indent=2) + "\n")
     outcome = SweepOutcome(out, points)
     todo = []
     for point in points:
@@ -224,13 +233,13 @@ def write_sweep_table(out_dir: str | Path, points: list[SweepPoint], failures: d
     """Rewrite ``sweep.csv`` (and ``failures.csv``) atomically from what is on disk."""
     out = Path(out_dir)
     table = build_sweep_table(out, points)
-    _write_text_atomically(out / SWEEP_CSV, table.to_csv(index=False, float_format="%.12g"))
+    write_text_atomically(out / SWEEP_CSV, table.to_csv(index=False, float_format="%.12g"))
     done = set(table["key"])
     failed = [(p.label, p.key, failures[p.key]) for p in points if p.key in failures and p.key not in done]
     failures_path = out / FAILURES_CSV
     if failed:
         frame = pd.DataFrame(failed, columns=["point", "key", "error"])
-        _write_text_atomically(failures_path, frame.to_csv(index=False))
+        write_text_atomically(failures_path, frame.to_csv(index=False))
     elif failures_path.exists():
         failures_path.unlink()
     return out / SWEEP_CSV
@@ -255,14 +264,3 @@ def _sweep_meta(base: Scenario, points: list[SweepPoint], path: str | Path) -> d
         "points": [{"label": p.label, "key": p.key, "values": jsonable(p.values),
                     "dir": f"{POINTS_DIR}/{p.key}"} for p in points],
     }
-
-
-def _write_text_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -15,7 +15,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-__all__ = ["add_sweep_parsers"]
+from .argtypes import int_between
+
+__all__ = ["add_sweep_parsers", "MAX_JOBS"]
+
+MAX_JOBS = 1024  # points run at once; more processes than this is a typo, not a machine
 
 
 def add_sweep_parsers(subparsers) -> None:
@@ -25,13 +29,15 @@ def add_sweep_parsers(subparsers) -> None:
     sweep.add_argument("--out", help="sweep folder (default: results/<scenario name>)")
     sweep.add_argument("--backend", choices=("local", "dask"), default="local",
                        help="local process pool (default) or a Dask distributed cluster")
-    sweep.add_argument("--jobs", type=int, default=None, metavar="N",
-                       help="points run at once (default: CPU count; dask: LocalCluster workers)")
+    sweep.add_argument("--jobs", type=int_between(1, MAX_JOBS), default=None, metavar="N",
+                       help=f"points run at once, 1 to {MAX_JOBS} (default: CPU count; dask: LocalCluster workers)")
     sweep.add_argument("--scheduler", metavar="ADDR", help="dask: address of a running scheduler (tcp://host:8786)")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field of every point (repeatable)")
     sweep.add_argument("--no-plots", action="store_true", help="skip each point's figures")
     sweep.add_argument("--quiet", action="store_true", help="no progress and no table on stdout")
+    sweep.add_argument("--force", action="store_true",
+                       help="run even where a point's work estimate exceeds the host's memory or 6 h")
     sweep.set_defaults(func=_cmd_sweep)
 
     report = subparsers.add_parser("report", help="write a report (Markdown + HTML + figures) from a sweep folder")
@@ -72,6 +78,7 @@ class _SweepProgress:
 
 
 def _cmd_sweep(args) -> int:
+    from .osatomic import Terminated
     from .scenario import read_scenario_file
     from .sweep import run_sweep
 
@@ -94,12 +101,12 @@ def _cmd_sweep(args) -> int:
     try:
         outcome = run_sweep(args.scenario, out, overrides=args.overrides, backend=args.backend, jobs=args.jobs,
                             scheduler=args.scheduler, plots=False if args.no_plots else None,
-                            on_start=on_start, on_point=on_point)
-    except KeyboardInterrupt:
+                            on_start=on_start, on_point=on_point, force=args.force)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
         bar.close()
         print(f"simdist: interrupted; completed points are kept in {out}; rerun the same command to finish",
               file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
     finally:
         bar.close()
     if not args.quiet:

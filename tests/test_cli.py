@@ -61,11 +61,17 @@ def test_existing_output_is_kept_without_overwrite(tmp_path, capsys):
     path, out = scenario_file(tmp_path), tmp_path / "out"
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
-    assert main(["run", str(path), "--out", str(out)]) == 2
-    assert (out / "precious.txt").read_text() == "keep me"
-    assert "--overwrite" in capsys.readouterr().err
-    assert main(["run", str(path), "--out", str(out), "--overwrite", "--quiet"]) == 0
-    assert not (out / "precious.txt").exists() and (out / "summary.json").exists()
+    for extra in ([], ["--overwrite"]):  # a folder simdist did not write is never replaced
+        assert main(["run", str(path), "--out", str(out), *extra]) == 2
+        assert (out / "precious.txt").read_text() == "keep me"
+        assert "simdist did not write" in capsys.readouterr().err
+    mine = tmp_path / "mine"
+    assert main(["run", str(path), "--out", str(mine), "--quiet"]) == 0
+    (mine / "stale.txt").write_text("from the earlier run")
+    assert main(["run", str(path), "--out", str(mine)]) == 2
+    assert "--overwrite" in capsys.readouterr().err and (mine / "stale.txt").exists()
+    assert main(["run", str(path), "--out", str(mine), "--overwrite", "--quiet"]) == 0
+    assert not (mine / "stale.txt").exists() and (mine / "summary.json").exists()
 
 
 @pytest.mark.parametrize(

@@ -70,10 +70,14 @@ def test_bad_variants_are_named(tmp_path):
 
 def test_cli_compare_refuses_to_overwrite_before_running(tmp_path, capsys):
     path, out = scenario_file(tmp_path, VARIANTS), tmp_path / "out"
-    (out / "asgd").mkdir(parents=True)
-    (out / "asgd" / "keep.txt").write_text("mine")
-    assert main(["compare", str(path), "--out", str(out), "--quiet"]) == 2
-    assert "--overwrite" in capsys.readouterr().err
-    assert not (out / "sync-ring").exists() and (out / "asgd" / "keep.txt").read_text() == "mine"
     assert main(["compare", str(path), "--out", str(out), "--only", "sync-ring"]) == 0
     assert "sync-ring" in capsys.readouterr().out
+    first = (out / "sync-ring" / "summary.json").read_bytes()
+    (out / "asgd").mkdir()
+    (out / "asgd" / "keep.txt").write_text("mine")
+    # sync-ring is simdist's (replaced only with --overwrite); asgd is not (never replaced)
+    for extra, words in (([], "pass --overwrite"), (["--overwrite"], "simdist did not write")):
+        assert main(["compare", str(path), "--out", str(out), "--quiet", *extra]) == 2
+        assert words in capsys.readouterr().err
+        assert (out / "asgd" / "keep.txt").read_text() == "mine"
+        assert (out / "sync-ring" / "summary.json").read_bytes() == first  # nothing simulated

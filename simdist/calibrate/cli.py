@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from ..argtypes import int_between, positive_float
 from ..errors import InputError
 from ..units import format_bytes, format_time, parse_size
 
@@ -79,7 +80,10 @@ def _print_size_table(rows: list[dict], predictions: Sequence[str]) -> None:
 
 def _cmd_compute(args: argparse.Namespace) -> int:
     from .compute_profile import run
+    from .provenance import check_output
 
+    if args.out:
+        check_output(args.out)  # before measuring; the default path depends on the device found
     try:
         path, document = run(args, _command(args, "compute"))
     except ValueError as exc:
@@ -98,9 +102,11 @@ def _cmd_network(args: argparse.Namespace) -> int:
     from .mpi_worker import DEFAULT_SIZES
     from .network import find_mpiexec, fit_sweep, network_overlay, run_sweep
     from .overlay import check_link_kind, write_overlay
+    from .provenance import check_output
 
     if args.ranks < 2:
         raise InputError("need at least 2 ranks", source="--ranks")
+    check_output(args.out)
     check_link_kind(args.intra_kind, "--intra-kind")
     check_link_kind(args.nic_kind, "--nic-kind")
     max_size = _size(args.max_size, "--max-size")
@@ -129,10 +135,13 @@ def _cmd_network(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .overlay import build_overlay, check_link_kind, write_overlay
-    from .provenance import make_provenance, rounded, write_yaml
+    from .provenance import check_output, make_provenance, rounded, write_yaml
     from .trace_fit import TraceOptions, fit_trace
     from .traces import parse_trace
 
+    for path in (args.out, args.summary):
+        if path:
+            check_output(path)
     for option, kind in (("--intra-kind", args.intra_kind), ("--nic-kind", args.nic_kind)):
         if kind is not None:
             check_link_kind(kind, option)
@@ -191,7 +200,7 @@ def _print_report(report) -> None:
 def _cmd_cpu_share(args: argparse.Namespace) -> int:
     from .compute_options import ZOO
     from .cpu_share import available_cores, contention_document, measure_contention
-    from .provenance import write_yaml
+    from .provenance import check_output, write_yaml
 
     if args.model not in ZOO:
         raise InputError(f"unknown model {args.model!r}; known: {', '.join(ZOO)}", source="--model")
@@ -200,10 +209,9 @@ def _cmd_cpu_share(args: argparse.Namespace) -> int:
     if max(cores) > len(available_cores()):
         raise InputError(f"at most {len(available_cores())} cores are available here, got {args.cores!r}",
                          source="--cores")
-    if args.duration_s <= 0 or args.rounds < 1 or args.batch_size < 1:
-        raise InputError("--duration-s, --rounds and --batch-size must be positive", source="simdist calibrate cpu-share")
     if max(ranks) > 64:
         raise InputError("at most 64 co-running ranks", source="--ranks")
+    check_output(args.out)
     rows = measure_contention(ranks, cores, args.duration_s, args.rounds, args.model, args.batch_size)
     document, fit = contention_document(rows, model=args.model, batch_size=args.batch_size,
                                         duration_s=args.duration_s, rounds=args.rounds,
@@ -239,15 +247,17 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     network.add_argument("--out", default="calibration/platforms/host-shm.yaml", help="overlay to write (default %(default)s)")
     network.add_argument("--max-size", default="4MiB", help="largest message of the default sweep (default %(default)s)")
     network.add_argument("--sizes", help="explicit comma-separated message sizes, e.g. 0,1KiB,64KiB,1MiB")
-    network.add_argument("--budget-s", type=float, default=0.25, help="seconds per size and sweep (default 0.25)")
-    network.add_argument("--batches", type=int, default=7,
+    network.add_argument("--budget-s", type=positive_float, default=0.25,
+                         help="seconds per size and sweep (default 0.25)")
+    network.add_argument("--batches", type=int_between(1), default=7,
                          help="round-robin batches per size; median kept (default 7)")
     network.add_argument("--large-from", default="64KiB",
                          help="link values fit sizes from here up (rendezvous regime; default %(default)s)")
     network.add_argument("--intra-kind", default="shm", help="link kind written for same-host ranks (default shm)")
     network.add_argument("--nic-kind", default="ethernet-tcp", help="link kind written between hosts (default ethernet-tcp)")
     network.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
-    network.add_argument("--timeout-s", type=float, default=300.0, help="give up after this long (default 300)")
+    network.add_argument("--timeout-s", type=positive_float, default=300.0,
+                         help="give up after this long (default 300)")
     network.add_argument("--mpiexec-args", help="extra mpiexec arguments, e.g. '-f hostfile -ppn 1'")
     network.set_defaults(func=_cmd_network)
 
@@ -260,23 +270,25 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     trace.add_argument("--link-size", default="64MiB",
                        help="collective regime holding this size sets the link (default %(default)s)")
     trace.add_argument("--large-from", default="64KiB", help="point-to-point link fit from this size up (default %(default)s)")
-    trace.add_argument("--max-segments", type=int, default=4, help="most size regimes per fit (default 4)")
-    trace.add_argument("--tolerance", type=float, default=0.05,
+    trace.add_argument("--max-segments", type=int_between(1), default=4, help="most size regimes per fit (default 4)")
+    trace.add_argument("--tolerance", type=positive_float, default=0.05,
                        help="fewest regimes whose worst error is within this (default 0.05)")
     trace.add_argument("--intra-kind", help="link kind for intra-node fits (default nvswitch for nccl-tests, shm otherwise)")
     trace.add_argument("--nic-kind", help="link kind for inter-node fits (default ib-hdr for nccl-tests, ethernet-tcp otherwise)")
     trace.add_argument("--link-class", default="nic", choices=("nic", "intra"),
                        help="where an OSU point-to-point fit goes (default nic: between nodes)")
-    trace.add_argument("--osu-ranks", type=int, default=2, help="processes of OSU collective runs (default 2)")
+    trace.add_argument("--osu-ranks", type=int_between(2), default=2,
+                       help="processes of OSU collective runs (default 2)")
     trace.set_defaults(func=_cmd_trace)
 
     share = sub.add_parser("cpu-share", help="k co-running ranks on c cores vs processor sharing; fit the contention factor")
     share.add_argument("--ranks", default="1,2,4", help="co-running ranks to measure (default %(default)s)")
     share.add_argument("--cores", help="core counts to pin them to (default 1 and all available)")
-    share.add_argument("--duration-s", type=float, default=1.0, help="seconds per configuration and round (default 1)")
-    share.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; median kept (default 3)")
+    share.add_argument("--duration-s", type=positive_float, default=1.0,
+                       help="seconds per configuration and round (default 1)")
+    share.add_argument("--rounds", type=int_between(1), default=3, help="interleaved repetitions; median kept (default 3)")
     share.add_argument("--model", default="mlp", help="zoo model to run (default mlp)")
-    share.add_argument("--batch-size", type=int, default=64, help="batch size of each step (default 64)")
+    share.add_argument("--batch-size", type=int_between(1), default=64, help="batch size of each step (default 64)")
     share.add_argument("--out", default="calibration/cpu_share/host-cpu.yaml", help="file to write (default %(default)s)")
     share.set_defaults(func=_cmd_cpu_share)
     return calibrate

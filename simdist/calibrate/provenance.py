@@ -15,8 +15,9 @@ fits, trace summaries) carries a ``provenance`` mapping:
                     (:func:`verify_content`)
 ==================  =======================================================================
 
-Files are written atomically (temporary file + rename) with floats at 6 significant
-digits; the content hash is taken over exactly the values written.
+Files are written atomically (temporary file + rename, :mod:`simdist.outdir`) with floats at
+6 significant digits; the content hash is taken over exactly the values written. An existing
+file is replaced only if it carries a ``provenance`` mapping (simdist wrote it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import os
 import platform as _platform
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -37,9 +37,10 @@ import numpy as np
 import yaml
 
 from ..errors import InputError
+from ..outdir import check_out_file, write_text_atomically
 
 __all__ = ["sha256_file", "input_record", "command_line", "library_versions", "make_provenance",
-           "rounded", "content_sha256", "write_yaml", "verify_content"]
+           "rounded", "content_sha256", "write_yaml", "check_output", "verify_content"]
 
 _PACKAGES = ("numpy", "torch", "pyyaml", "mpi4py")
 _DIGITS = 6
@@ -137,23 +138,34 @@ def write_yaml(path: str | os.PathLike, document: dict[str, Any], header: str) -
     """Write ``document`` (with its ``provenance``) as YAML at ``path``, atomically.
 
     Floats are rounded first and ``provenance.content_sha256`` is set over the rounded
-    body. ``header`` becomes the leading comment (one or more lines).
+    body. ``header`` becomes the leading comment (one or more lines). An existing file is
+    replaced only if simdist wrote it (:func:`check_output`).
     """
     data = rounded(document)
     if isinstance(data.get("provenance"), dict):
         data["provenance"]["content_sha256"] = content_sha256(data)
     text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=False)
     comment = "".join(f"# {line}\n" for line in header.splitlines())
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    check_output(path)
+    return write_text_atomically(path, comment + text)
+
+
+def check_output(path: str | os.PathLike, *, source: str | None = None) -> Path:
+    """Refuse (:class:`InputError`) a calibration output path simdist cannot write or must not replace.
+
+    An existing file is replaced only if it holds a ``provenance`` mapping, that is if
+    simdist wrote it: a hand-written profile or any other file is never overwritten.
+    """
+    target = check_out_file(path, source=source)
+    if not target.exists():
+        return target
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(comment + text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        data = yaml.safe_load(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = None
+    if not (isinstance(data, dict) and isinstance(data.get("provenance"), dict)):
+        raise InputError("exists and was not written by simdist (no provenance mapping); simdist replaces only "
+                         "its own calibration files; choose another path", source=source or str(path))
     return target
 
 

@@ -16,17 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..argtypes import int_between, positive_float
+
 __all__ = ["add_validate_parser"]
 
 
 def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("validate", help="run a scenario for real under mpiexec and compare with its simulation")
     parser.add_argument("scenario", help="scenario YAML file")
-    parser.add_argument("--ranks", type=int, required=True, help="MPI processes (= platform ranks, servers included)")
+    parser.add_argument("--ranks", type=int_between(1), required=True, help="MPI processes (= platform ranks, servers included)")
     parser.add_argument("--out", help="output folder (default: results/validate-<scenario name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario field in both runs (repeatable)")
-    parser.add_argument("--threads", "--cpus-per-rank", dest="threads", type=int, default=None,
+    parser.add_argument("--threads", "--cpus-per-rank", dest="threads", type=int_between(1), default=None,
                         help="torch threads per rank (default: the scenario's compute.threads)")
     parser.add_argument("--affinity", default="auto",
                         help="cores per rank: 'auto' (default: not pinned on one node; a slice of the cores per "
@@ -36,7 +38,7 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                         help="platform overlay for the simulation (default: calibration/platforms/host-shm.yaml)")
     parser.add_argument("--profile", default=None,
                         help="compute profile for the simulation (default: calibrated from the real run's workers)")
-    parser.add_argument("--cores", type=float, default=None,
+    parser.add_argument("--cores", type=positive_float, default=None,
                         help="cores per node the simulation shares among the ranks (default: from the placement)")
     parser.add_argument("--calibrate", default="pilot", choices=("pilot", "isolated"),
                         help="pilot (default): a short real run of the same scenario and placement calibrates the "
@@ -45,13 +47,13 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--pilot-runs", type=int, default=2, choices=(1, 2),
                         help="pilot runs: 1 before the compared run, or 2 (default) before and after it, averaged, "
                              "so that a drift of the host's speed is bracketed")
-    parser.add_argument("--pilot-iterations", type=int, default=None,
+    parser.add_argument("--pilot-iterations", type=int_between(1), default=None,
                         help="iterations per worker of the pilot run (default 12; the first 2 are warm-up)")
     parser.add_argument("--repeat-real", action="store_true",
                         help="run the scenario for real a second time and compare the two real runs (summary "
                              "real_again): how far this machine repeats itself per iteration, the floor under "
                              "the simulation's per-iteration error")
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="limit of the real run")
+    parser.add_argument("--timeout-s", type=positive_float, default=600.0, help="limit of the real run (seconds)")
     parser.add_argument("--no-plots", action="store_true", help="no figures")
     parser.set_defaults(func=_cmd_validate)
     return parser
@@ -60,11 +62,8 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..errors import InputError
     from .validate import validate
 
-    if args.ranks < 1:
-        raise InputError("must be at least 1", source="--ranks")
     out = args.out or f"results/validate-{Path(args.scenario).stem}"
     summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
                        affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..outdir import check_out_dir, open_container, write_file_atomically, write_text_atomically
 from ..tracefile import span_events
 from .pilot import PILOT_WARMUP
 
@@ -224,8 +225,7 @@ def plot_timelines(real_dir: str | Path, sim_dir: str | Path, path: str | Path, 
     ax.legend(loc="upper right", fontsize="small")
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=100, format=path.suffix.lstrip(".") or "png"))
     plt.close(fig)
     return path
 
@@ -241,7 +241,7 @@ def _simulate(scenario: str | Path, overrides: list[str], out: Path, plots: bool
 def _written_table(real_dir: Path, other_dir: Path, csv: Path) -> pd.DataFrame:
     """:func:`compare` of the two runs, written to ``csv``."""
     table = compare(real_dir, other_dir)
-    table.to_csv(csv, index=False, float_format="%.9g")
+    write_file_atomically(csv, lambda tmp: table.to_csv(tmp, index=False, float_format="%.9g"))
     return table
 
 
@@ -357,9 +357,10 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
         raise InputError(f"must be at least {PILOT_WARMUP + 2} (the first {PILOT_WARMUP} are warm-up)",
                          source="--pilot-iterations")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out, kind="validate", container=True)  # before anything runs
     overrides = [f"platform.node.devices={ranks}", *overrides, *([f"compute.threads={threads}"] if threads else [])]
     scenario_obj, overlay = _checked(scenario, overrides, profile, overlay)
+    open_container(out, kind="validate")
     spec, n_threads = scenario_obj.platform, threads or scenario_obj.compute.threads
     placement = plan(affinity, ranks, nodes=spec.nodes, workers=range(scenario_obj.worker_count), threads=n_threads)
     piloted = profile is None and calibrate == "pilot"
@@ -405,7 +406,7 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
         summary["replay"] = _replay(scenario, setup.workload, sim_overrides, real_dir, sim_dir, out, figures, plots)
     if again is not None:
         summary["real_again"] = _real_again(real_dir, *again, out / "validation_real_again.csv")
-    (out / "validation.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_text_atomically(out / "validation.json", json.dumps(summary, indent=2) + "\n")
     if plots:
         plot_timelines(real_dir, sim_dir, out / "timeline_overlay.png")
     return summary

@@ -164,12 +164,14 @@ def _write_calibration(out, parts: list, threads: int) -> None:
     if parts:
         from pathlib import Path
 
+        from ..outdir import write_text_atomically
+
         network = {kind: part["network"][kind] for part in parts for kind in ("p2p", "allreduce")
                    if part["network"].get(kind)}
         document = {"threads": threads, "compute_clock": "thread CPU time (time.thread_time), and wall time",
                     "workers": [{k: v for k, v in part.items() if k != "network"} for part in parts if "sizes" in part],
                     "network": network}
-        (Path(out) / "calibration.json").write_text(json.dumps(document) + "\n", encoding="utf-8")
+        write_text_atomically(Path(out) / "calibration.json", json.dumps(document) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
