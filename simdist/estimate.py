@@ -39,7 +39,7 @@ from .errors import InputError
 from .scenario import Scenario
 from .units import format_bytes, format_time
 
-__all__ = ["WorkEstimate", "estimate_work", "check_work", "available_memory_bytes", "MAX_WALL_S"]
+__all__ = ["WorkEstimate", "estimate_work", "check_work", "refuse_excess_work", "available_memory_bytes", "MAX_WALL_S"]
 
 GRADIENT_OVERHEAD_S = 500e-6
 HOST_FLOPS = 5e9
@@ -233,6 +233,13 @@ def check_work(scenario: Scenario, estimate: WorkEstimate, *, force: bool = Fals
         raise InputError(f"would take ~{format_time(estimate.wall_s)} (more than {format_time(MAX_WALL_S)}: "
                          f"{estimate.describe()}); {change} {field} or pass --force",
                          source=scenario.source, field=field)
+
+
+def refuse_excess_work(scenario: Scenario, *, force: bool = False) -> WorkEstimate:
+    """Estimate ``scenario`` and :func:`check_work` it; the estimate, for callers that report it."""
+    estimate = estimate_work(scenario)
+    check_work(scenario, estimate, force=force)
+    return estimate
 
 
 def _wall_advice(scenario: Scenario, estimate: WorkEstimate) -> tuple[str, str]:

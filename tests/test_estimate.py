@@ -80,3 +80,39 @@ def test_an_imported_model_is_estimated_without_its_parameters():
             "algorithm": "sync", "stop": {"steps": 2}}
     estimate = estimate_work(scenario_from_dict(data))
     assert estimate.params is None and estimate.passes == 2 * estimate.ranks  # laptop-cpu: 4 workers
+
+
+def _scenario_file(tmp_path, **extra) -> Path:
+    import yaml
+
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["stop"] = {"steps": 2}
+    data.update(extra)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("command", ["sweep", "compare"])
+def test_sweeps_and_comparisons_refuse_an_oversized_point_before_running_any(command, tmp_path, capsys):
+    from simdist.cli import main
+
+    huge = {"workload.model.hidden": [16000000, 16000000]}
+    extra = ({"sweep": {"points": [{"seed": 1}, huge]}} if command == "sweep"
+             else {"compare": [{"label": "small", "set": {"seed": 1}}, {"label": "huge", "set": huge}]})
+    path = _scenario_file(tmp_path, **extra)
+    assert main([command, str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert "of memory" in line and "--force" in line
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+def test_run_with_force_skips_the_refusal(tmp_path, monkeypatch, capsys):
+    from simdist import estimate
+    from simdist.cli import main
+
+    path = _scenario_file(tmp_path)
+    monkeypatch.setattr(estimate, "MAX_WALL_S", 1e-9)  # every run is "too long"
+    assert main(["run", str(path), "--out", str(tmp_path / "a"), "--quiet"]) == 2
+    assert "would take" in capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(tmp_path / "b"), "--quiet", "--force"]) == 0

@@ -132,7 +132,7 @@ def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], M
             raise InputError("needs numeric t0_s and t1_s (seconds, seconds per sample)",
                              source=str(path), field=field)
         if not (0 <= t0 <= MAX_PROFILE_TIME_S and 0 < t1 <= MAX_PROFILE_TIME_S):
-            raise InputError(f"t0_s must be in [0, {MAX_PROFILE_TIME_S:g}] s and t1_s in (0, {MAX_PROFILE_TIME_S:g}] s, "
+            raise InputError(f"t0_s must be >= 0 and t1_s > 0, each at most {MAX_PROFILE_TIME_S:g} s, "
                              f"got t0_s={t0}, t1_s={t1}", source=str(path), field=field)
         flops = _profile_number(entry, "forward_flops_per_sample", path, field)
         if flops is not None and flops <= 0:
