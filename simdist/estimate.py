@@ -49,7 +49,7 @@ BYTES_PER_RANK = 64 * 1024
 BYTES_PER_PASS = 400
 MAX_WALL_S = 6 * 3600.0  # a run longer than this is a mistake more often than an experiment: --force
 _COPIES_PER_REPLICA = 4  # parameters, gradient, optimizer state (momentum or Adam's two moments)
-_DATASET_BYTES_PER_VALUE = 16  # float64 while generating and standardising, then the float32 tensor
+_DATASET_BYTES_PER_VALUE = 32  # float64 temporaries while generating and standardising (3), then float32
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,29 @@ class WorkEstimate:
 
 
 def available_memory_bytes() -> float:
-    """Memory the host can give a new process now (``MemAvailable``; total memory elsewhere)."""
+    """Memory this process can still get: the least of the host's ``MemAvailable`` (total memory
+    where that is unknown), its container's cgroup limit and its own address-space limit
+    (``ulimit -v``) less what it uses."""
+    limits = [_host_available()]
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if text != "max":
+            limits.append(float(text) - float(used))
+    except (OSError, ValueError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft - _address_space_bytes())
+    except (ImportError, OSError, ValueError):
+        pass
+    return max(0.0, min(limits))
+
+
+def _host_available() -> float:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -85,6 +107,17 @@ def available_memory_bytes() -> float:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return math.inf
+
+
+def _address_space_bytes() -> float:
+    """This process's virtual memory size (what RLIMIT_AS counts); 0 where unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _dataset_shape(scenario: Scenario):

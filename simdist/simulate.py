@@ -122,7 +122,10 @@ class Simulation:
                               fidelity=scenario.network.collective_fidelity,
                               default_collective=scenario.network.collective,
                               network_model=scenario.network.model)
-        self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
+        try:
+            self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
+        except InputError as exc:
+            raise exc.at(source=scenario.source, field_prefix="workload.dataset") from None
         self.algorithm = self._make_algorithm()
         self.stop = _StopState()
         self.stop_event = self.world.env.event()

@@ -105,6 +105,13 @@ class _LimitedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+    def construct_yaml_str(self, node):
+        value = super().construct_yaml_str(node)
+        if any("\ud800" <= ch <= "\udfff" for ch in value):  # "\udc80" escapes: not text, cannot be written
+            raise yaml.constructor.ConstructorError(None, None, "a string with a lone surrogate (\\uD800-\\uDFFF) "
+                                                    "is not Unicode text", node.start_mark)
+        return value
+
     def construct_yaml_int(self, node):
         if len(node.value) > 24:  # int() of thousands of digits is refused by Python, slowly
             raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(node.value)} characters",
@@ -117,6 +124,7 @@ class _LimitedLoader(yaml.SafeLoader):
 
 
 _LimitedLoader.add_constructor("tag:yaml.org,2002:int", _LimitedLoader.construct_yaml_int)
+_LimitedLoader.add_constructor("tag:yaml.org,2002:str", _LimitedLoader.construct_yaml_str)
 _LimitedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
 
 

@@ -176,3 +176,16 @@ def test_a_sweep_grid_of_millions_of_points_is_refused_before_expanding():
     with pytest.raises(InputError, match="729,000,000 points") as err:
         scenario_from_dict(tiny(sweep={"grid": grid}), source="s.yaml")
     assert err.value.field == "sweep"
+
+
+def test_lone_surrogates_are_not_text():
+    with pytest.raises(yaml.YAMLError, match="lone surrogate"):
+        safe_load_limited('description: "\\udc80"')
+
+
+def test_too_few_samples_for_the_workers_names_the_scenario(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(**{"workload.dataset.samples": 2})))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert str(path) in line and "workload.dataset" in line and "cannot share" in line

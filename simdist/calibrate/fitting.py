@@ -67,14 +67,16 @@ def weighted_line(x: Sequence[float], y: Sequence[float], weighting: str = "rela
 
 def relative_errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
     """``predicted / measured − 1`` for each point."""
-    return np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float) - 1.0
+    with np.errstate(all="ignore"):  # a zero or extreme measurement gives inf, which the fit reports
+        return np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float) - 1.0
 
 
 def r2_score(predicted: Sequence[float], measured: Sequence[float]) -> float:
     """Coefficient of determination of ``predicted`` against ``measured`` (1 when they are equal)."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
-    total = float(np.sum((m - m.mean()) ** 2))
-    residual = float(np.sum((m - p) ** 2))
+    with np.errstate(all="ignore"):  # extreme values overflow to inf: the score is then not a number
+        total = float(np.sum((m - m.mean()) ** 2))
+        residual = float(np.sum((m - p) ** 2))
     return 1.0 - residual / total if total > 0 else (1.0 if residual == 0 else 0.0)
 
 
