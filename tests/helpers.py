@@ -1,7 +1,9 @@
-"""Test helpers shared by algorithm tests: an algorithm wired to a SimWorld as simulate wires it,
-with every batch handed out recorded."""
+"""Test helpers shared by several test modules: an algorithm wired to a SimWorld as simulate wires
+it (with every batch handed out recorded), and the tiny scenario command-line tests run."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from simdist.algorithms import ALGORITHMS, AlgorithmContext
 from simdist.platform.compute import ComputeModel, load_profiles
@@ -10,6 +12,26 @@ from simdist.recorder import Recorder
 from simdist.runtime.sim import SimWorld
 from simdist.training.data import EpochSharder, ShardIterator
 from simdist.training.workload import build_workload
+
+
+TINY_PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
+
+
+def tiny_scenario(**changes) -> dict:
+    """A scenario that runs in a fraction of a second: sync on 2 CPU ranks, a small MLP on a small
+    synthetic set, 2 steps, the tiny test profile, no figures or trace; ``changes`` replace top-level keys."""
+    data = {
+        "name": "tiny",
+        "platform": {"preset": "laptop-cpu", "node": {"devices": 2}},
+        "workload": {"model": "mlp", "dataset": {"name": "synthetic", "samples": 100, "features": 4, "classes": 2},
+                     "batch_size": 8},
+        "algorithm": "sync",
+        "stop": {"steps": 2},
+        "compute": {"profiles": [TINY_PROFILE]},
+        "outputs": {"plots": False, "trace": False},
+    }
+    data.update(changes)
+    return data
 
 
 class RecordingIterator(ShardIterator):

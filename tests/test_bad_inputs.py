@@ -23,24 +23,15 @@ import yaml
 
 from simdist.cli import main
 
+from helpers import TINY_PROFILE, tiny_scenario
+
 BAD = Path(__file__).parent / "data" / "bad"
-TINY_PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
 EXPECTED: dict[str, str] = yaml.safe_load((BAD / "expected.yaml").read_text())
 CASES = sorted(EXPECTED)
 
 
 def _host_scenario(tmp_path: Path, **changes) -> Path:
-    data = {
-        "name": "host",
-        "platform": {"preset": "laptop-cpu", "node": {"devices": 2}},
-        "workload": {"model": "mlp", "dataset": {"name": "synthetic", "samples": 100, "features": 4, "classes": 2},
-                     "batch_size": 8},
-        "algorithm": "sync",
-        "stop": {"steps": 2},
-        "compute": {"profiles": [TINY_PROFILE]},
-        "outputs": {"plots": False, "trace": False},
-    }
-    data.update(changes)
+    data = tiny_scenario(name="host", **changes)
     path = tmp_path / "host.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -30,21 +30,10 @@ from simdist.osatomic import Terminated, process_start, sigterm_as_interrupt
 from simdist.outdir import MARKER, output_kind, staged_dir, tidy, write_file_atomically
 from simdist.results import load_result_dir
 
-TINY_PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
-
+from helpers import tiny_scenario
 
 def scenario_file(folder: Path, name: str = "tiny.yaml", **changes) -> Path:
-    data = {
-        "name": "tiny",
-        "platform": {"preset": "laptop-cpu", "node": {"devices": 2}},
-        "workload": {"model": "mlp", "dataset": {"name": "synthetic", "samples": 100, "features": 4, "classes": 2},
-                     "batch_size": 8},
-        "algorithm": "sync",
-        "stop": {"steps": 2},
-        "compute": {"profiles": [TINY_PROFILE]},
-        "outputs": {"plots": False, "trace": False},
-    }
-    data.update(changes)
+    data = tiny_scenario(**changes)
     path = folder / name
     path.write_text(yaml.safe_dump(data))
     return path

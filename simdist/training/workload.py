@@ -138,32 +138,26 @@ def _build_module(model: str, options: dict | None, dataset: Dataset, allow_impo
             raise InputError(f"model factory {model!r} returned {type(module).__name__}, not a torch.nn.Module",
                              field="workload.model")
         return module, config
-    try:
-        entry = MODELS.entry(model)
-    except InputError as err:
-        raise err.at(field_prefix="workload.model") from None
-    config = _validated(entry.config, options, "workload.model") if entry.config else None
+    entry, config = _entry_and_config(MODELS, model, options, "workload.model")
     return entry.factory(dataset.input_shape, dataset.num_classes, config), config
+
+
+def _entry_and_config(registry, name: str, options: dict | None, field: str) -> tuple[Any, Any]:
+    """Registry entry ``name`` and its validated options (an InputError located under ``field``)."""
+    try:
+        entry = registry.entry(name)
+    except InputError as err:
+        raise err.at(field_prefix=field) from None
+    return entry, (_validated(entry.config, options, field) if entry.config else None)
 
 
 def check_workload_options(model: str, model_options: dict | None, dataset: str,
                            dataset_options: dict | None) -> None:
     """Validate the model's and the dataset's options without building either (scenario load time):
     a sweep or comparison then refuses a bad point before running any."""
-    try:
-        data_entry = DATASETS.entry(dataset)
-    except InputError as err:
-        raise err.at(field_prefix="workload.dataset") from None
-    if data_entry.config:
-        _validated(data_entry.config, dataset_options, "workload.dataset")
-    if ":" in model:  # an import path: its options are the factory's keyword arguments
-        return
-    try:
-        entry = MODELS.entry(model)
-    except InputError as err:
-        raise err.at(field_prefix="workload.model") from None
-    if entry.config:
-        _validated(entry.config, model_options, "workload.model")
+    _entry_and_config(DATASETS, dataset, dataset_options, "workload.dataset")
+    if ":" not in model:  # an import path's options are the factory's keyword arguments
+        _entry_and_config(MODELS, model, model_options, "workload.model")
 
 
 def build_workload(model: str, model_options: dict | None, dataset: str, dataset_options: dict | None,
@@ -173,11 +167,7 @@ def build_workload(model: str, model_options: dict | None, dataset: str, dataset
     ``model`` is a registered name or, with ``allow_import``, ``"package.module:factory"``
     called as ``factory(input_shape=..., num_classes=..., **model_options)``.
     """
-    try:
-        data_entry = DATASETS.entry(dataset)
-    except InputError as err:
-        raise err.at(field_prefix="workload.dataset") from None
-    data_config = _validated(data_entry.config, dataset_options, "workload.dataset") if data_entry.config else None
+    _, data_config = _entry_and_config(DATASETS, dataset, dataset_options, "workload.dataset")
     data = build_dataset(dataset, seed, data_config)
     with torch.random.fork_rng(devices=[]):  # module init draws from torch's global generator
         torch.manual_seed(derive_seed(seed, "model-init"))
