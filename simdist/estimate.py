@@ -18,7 +18,11 @@ PyTorch CPU, one thread) and are meant to be right within a factor of a few:
 * :data:`RANK_STEP_S` — host time per rank and step of a timing-only run: 27-76 us measured
   on the ResNet-50 timing scenario at 16 and 256 GPUs, rounded up;
 * :data:`BYTES_PER_RANK` and :data:`BYTES_PER_PASS` — platform objects per rank, recorder rows
-  and trace spans per forward/backward.
+  and trace spans per forward/backward; :data:`THREAD_STACK_BYTES` — the stack each compute
+  thread reserves.
+
+Timing-only runs hold no replicas, but they still build the dataset (labels at least) and the
+model once.
 
 A run stopped only by ``stop.virtual_time`` is bounded through the fastest device's compute
 time per step (a lower bound, so the pass count is an upper bound).
@@ -37,6 +41,7 @@ from torch import nn
 
 from .errors import InputError
 from .scenario import Scenario
+from .training.datasets import dataset_shape
 from .units import format_bytes, format_time
 
 __all__ = ["WorkEstimate", "estimate_work", "check_work", "refuse_excess_work", "available_memory_bytes", "MAX_WALL_S"]
@@ -47,6 +52,7 @@ RANK_STEP_S = 100e-6
 EVAL_OVERHEAD_S = 200e-6
 BYTES_PER_RANK = 64 * 1024
 BYTES_PER_PASS = 400
+THREAD_STACK_BYTES = 8 << 20  # address space each torch thread reserves for its stack (glibc default)
 MAX_WALL_S = 6 * 3600.0  # a run longer than this is a mistake more often than an experiment: --force
 _COPIES_PER_REPLICA = 4  # parameters, gradient, optimizer state (momentum or Adam's two moments)
 _DATASET_BYTES_PER_VALUE = 32  # float64 temporaries while generating and standardising (3), then float32
@@ -118,19 +124,6 @@ def _address_space_bytes() -> float:
     except OSError:
         pass
     return 0.0
-
-
-def _dataset_shape(scenario: Scenario):
-    from .training.datasets import DATASETS
-
-    spec = scenario.workload.dataset
-    entry = DATASETS.entry(spec.name) if spec.name in DATASETS else None
-    if entry is None or entry.config is None or not hasattr(entry.config, "shape"):
-        return None
-    try:
-        return entry.config.model_validate(spec.options).shape()
-    except Exception:  # noqa: BLE001 - bad options are reported when the workload is built
-        return None
 
 
 def _meta_model(scenario: Scenario, input_shape: tuple[int, ...], classes: int):
@@ -211,25 +204,29 @@ def estimate_work(scenario: Scenario) -> WorkEstimate:
     servers = int(scenario.algorithm.get("servers") or 0)
     ranks = scenario.platform.device_count
     timing_only = scenario.workload.timing_only
-    shape = _dataset_shape(scenario)
+    shape = dataset_shape(scenario.workload.dataset.name, scenario.workload.dataset.options)
     model = _meta_model(scenario, shape.input_shape, shape.classes) if shape else None
     params, flops, activations = model if model else (None, 0.0, 0)
-    train = shape.samples * (1 - shape.test_fraction) if shape else None
+    train = shape.train_samples if shape else None
     step_s = _fastest_step_s(scenario, flops, 1) if model else None
     passes, passes_field = _passes(scenario, train, step_s)
     evaluations, eval_samples = _evaluations(scenario, passes, step_s, shape)
     batch = scenario.workload.batch_size if train is None else min(scenario.workload.batch_size,
                                                                      math.ceil(train / workers))
     eval_wall = evaluations * (EVAL_OVERHEAD_S + eval_samples * flops / HOST_FLOPS)
-    parts = {"platform.nodes": ranks * BYTES_PER_RANK, passes_field: passes * BYTES_PER_PASS}
+    parts = {"platform.nodes": ranks * BYTES_PER_RANK, passes_field: passes * BYTES_PER_PASS,
+             "compute.threads": scenario.compute.threads * THREAD_STACK_BYTES,
+             # the module, the initial vector and the evaluator's flat buffer exist in both modes
+             "workload.model": (params or 0) * 4 * 3}
+    if shape is not None:
+        per_sample = math.prod(shape.input_shape) * _DATASET_BYTES_PER_VALUE if shape.holds_values else 0
+        parts["workload.dataset"] = shape.samples * (per_sample + 8)  # values while built, int64 labels
     if timing_only:
         wall = passes * RANK_STEP_S
     else:
         wall = passes * (GRADIENT_OVERHEAD_S + 3 * flops * batch / HOST_FLOPS) + eval_wall
-        parts["workload.model"] = (params or 0) * 4 * (_COPIES_PER_REPLICA * (workers + servers) + 3)
+        parts["workload.model"] += (params or 0) * 4 * _COPIES_PER_REPLICA * (workers + servers)
         parts["workload.batch_size"] = workers * batch * activations * 4 * 3
-        if shape is not None:
-            parts["workload.dataset"] = shape.samples * math.prod(shape.input_shape) * _DATASET_BYTES_PER_VALUE
     memory_field = max(parts, key=parts.get)
     return WorkEstimate(ranks, params, passes, evaluations, sum(parts.values()), wall, eval_wall, memory_field,
                         passes_field)

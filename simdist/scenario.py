@@ -147,7 +147,7 @@ class ComputeConfig(_Config):
     noise_sigma: float = Field(0.0, ge=0, le=2, description="log-std of lognormal compute jitter (0 = none)")
     efficiency: float = Field(0.4, gt=0, le=1, description="fraction of peak FLOP/s for devices without a measured profile")
     kernel_overhead_s: LatencySeconds = Field(10e-6, description="per-kernel launch cost for devices without a measured profile")
-    threads: int = Field(1, ge=1, le=1024, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
+    threads: int = Field(1, ge=1, le=256, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
     stragglers: list[StragglerSpec] = Field(default_factory=list,
                                             description="ranks slowed by a factor in fixed, periodic or random windows")
 
@@ -360,6 +360,7 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
                        overrides: list[str] | None = None) -> Scenario:
     """Validate a scenario mapping (what :func:`load_scenario` does after reading the file)."""
     from .algorithms import ALGORITHMS  # registry fills on import
+    from .training.datasets import dataset_shape
     from .training.workload import check_workload_options
 
     data = apply_overrides(dict(data), overrides or [])
@@ -388,6 +389,10 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
                                workload.dataset.options)
     except InputError as exc:
         raise exc.at(source=source) from None
+    shape = dataset_shape(workload.dataset.name, workload.dataset.options)
+    if shape is not None and shape.train_samples < scenario.worker_count:
+        raise InputError(f"{shape.train_samples} training samples cannot be shared by {scenario.worker_count} "
+                         "workers; use a larger dataset or fewer workers", source=source, field="workload.dataset")
     labels = [p.label for p in scenario.compare]
     if len(set(labels)) != len(labels):
         duplicate = next(label for label in labels if labels.count(label) > 1)

@@ -188,4 +188,10 @@ def test_too_few_samples_for_the_workers_names_the_scenario(tmp_path, capsys):
     path.write_text(yaml.safe_dump(tiny(**{"workload.dataset.samples": 2})))
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     line, = capsys.readouterr().err.strip().splitlines()
-    assert str(path) in line and "workload.dataset" in line and "cannot share" in line
+    assert str(path) in line and "workload.dataset" in line and "cannot be shared by 2 workers" in line
+
+
+def test_a_model_of_thousands_of_layers_is_refused():
+    with pytest.raises(InputError, match="at most 1024 items") as err:
+        scenario_from_dict(tiny(**{"workload.model": {"name": "mlp", "hidden": [1] * 2000}}), source="s.yaml")
+    assert "workload.model.hidden" in str(err.value)

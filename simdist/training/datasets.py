@@ -13,13 +13,13 @@ from typing import Annotated, Callable
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ..config import FROM_LIST, USER_CONFIG
 from ..registry import Registry
 from ..seeding import numpy_stream
 
-__all__ = ["DATASETS", "Dataset", "DatasetShape", "build_dataset", "SyntheticConfig", "DigitsConfig", "ShapeOnlyConfig"]
+__all__ = ["DATASETS", "Dataset", "DatasetShape", "dataset_shape", "build_dataset", "SyntheticConfig", "DigitsConfig", "ShapeOnlyConfig"]
 
 DATASETS: Registry[Callable[[int, object], "Dataset"]] = Registry("dataset")
 
@@ -65,6 +65,14 @@ class DatasetShape:
     input_shape: tuple[int, ...]
     classes: int
     test_fraction: float
+    holds_values: bool = True  # False: sizes only (labels, no sample values)
+
+    @property
+    def train_samples(self) -> int:
+        """Samples left for training after the test split (as :func:`_split` cuts it)."""
+        if self.test_fraction == 0:
+            return self.samples
+        return self.samples - min(max(int(round(self.samples * self.test_fraction)), 1), self.samples - 1)
 
 
 class SyntheticConfig(BaseModel):
@@ -121,6 +129,18 @@ def _standardised(name: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, te
 
     (train_x, train_y), (test_x, test_y) = tensors(train), tensors(test)
     return Dataset(name, train_x, train_y, test_x, test_y, tuple(input_shape), num_classes)
+
+
+def dataset_shape(name: str, options: dict | None) -> DatasetShape | None:
+    """The sizes of dataset ``name`` with ``options``, without making a sample; None where the
+    dataset cannot tell (a user's registered dataset without ``shape()``, or invalid options)."""
+    entry = DATASETS.entry(name) if name in DATASETS else None
+    if entry is None or entry.config is None or not hasattr(entry.config, "shape"):
+        return None
+    try:
+        return entry.config.model_validate(options or {}).shape()
+    except ValidationError:
+        return None
 
 
 def build_dataset(name: str, seed: int, config: object) -> Dataset:
@@ -199,7 +219,7 @@ class ShapeOnlyConfig(BaseModel):
     classes: int = Field(1000, ge=2, le=2**20, description="Number of classes. Default 1000.")
 
     def shape(self) -> DatasetShape:
-        return DatasetShape(self.samples, tuple(self.input_shape), self.classes, 0.0)
+        return DatasetShape(self.samples, tuple(self.input_shape), self.classes, 0.0, holds_values=False)
 
 
 @DATASETS.register(

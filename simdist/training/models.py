@@ -54,6 +54,7 @@ class MLPConfig(BaseModel):
 
     hidden: list[int] = Field(
         default_factory=lambda: [128],
+        max_length=1024,
         description="Width of each hidden layer (units), input to output; [] is a linear model. Default [128].",
     )
 
@@ -81,7 +82,7 @@ class CNNConfig(BaseModel):
         "so 8x8 digits survive two 2x2 poolings. Default 3.",
     )
     fc: Annotated[tuple[int, ...], FROM_LIST] = Field(
-        (120, 84), description="Widths of the fully connected hidden layers (LeNet-5: 120, 84). Default (120, 84)."
+        (120, 84), max_length=1024, description="Widths of the fully connected hidden layers (LeNet-5: 120, 84). Default (120, 84)."
     )
 
     @field_validator("kernel_size")
