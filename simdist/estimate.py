@@ -193,8 +193,7 @@ def _passes(scenario: Scenario, train_samples: float | None, step_s: float | Non
         bounds.append((stop.epochs * (train_samples / batch + workers), "stop.epochs"))
     if stop.virtual_time is not None and step_s is not None:
         bounds.append((workers * (stop.virtual_time / step_s + 1), "stop.virtual_time"))
-    if not bounds:
-        return float(stop.max_events), "stop.max_events"
+    bounds.append((float(stop.max_events), "stop.max_events"))  # every pass is at least one event
     return min(bounds)
 
 

@@ -52,7 +52,8 @@ class LinkDegradation(_Config):
     """Links whose capacity is multiplied by ``factor`` for a window."""
 
     links: list[str] = Field(min_length=1, description="link name patterns (fnmatch), e.g. ['n1.nic0.*']")
-    factor: float = Field(gt=0, le=1, description="capacity multiplier inside the window (0.1 = a tenth)")
+    factor: float = Field(ge=1e-6, le=1, description="capacity multiplier inside the window (0.1 = a tenth), 1e-6 .. 1; "
+                          "a link slower than that is down: model it with node_crash")
     start: Seconds = Field(0.0, description="start of the window (virtual time)")
     duration: Seconds | None = Field(None, description="length of the window (default: until the end of the run)")
 

@@ -195,3 +195,10 @@ def test_a_model_of_thousands_of_layers_is_refused():
     with pytest.raises(InputError, match="at most 1024 items") as err:
         scenario_from_dict(tiny(**{"workload.model": {"name": "mlp", "hidden": [1] * 2000}}), source="s.yaml")
     assert "workload.model.hidden" in str(err.value)
+
+
+def test_a_link_degraded_below_a_millionth_is_refused():
+    faults = {"link_degradation": [{"links": ["*"], "factor": 5e-324, "start": 0.0}]}
+    with pytest.raises(InputError, match="greater than or equal to 0.000001") as err:
+        scenario_from_dict(tiny(faults=faults), source="s.yaml")
+    assert "faults.link_degradation[0].factor" in str(err.value)
