@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["read_input_bytes", "read_input_text", "CAPS"]
+__all__ = ["read_input_bytes", "read_input_text", "file_exists", "CAPS"]
 
 CAPS = {
     "scenario": 1 << 20,  # a scenario is a few hundred lines
@@ -50,6 +50,18 @@ def _os_error(exc: OSError, what: str, source: str) -> InputError:
         return InputError(f"{what} file not found (no such file)", source=source)
     reason = exc.strerror or str(exc)
     return InputError(f"cannot read {what} file ({reason})", source=source)
+
+
+def file_exists(path: str | os.PathLike[str]) -> bool:
+    """Whether anything is at ``path``; False, not an OSError, for names too long or otherwise unusable."""
+    try:
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+_CHUNK_BYTES = 1 << 20
 
 
 def read_input_bytes(path: str | os.PathLike[str], what: str, max_bytes: int | None = None) -> bytes:
@@ -79,8 +91,14 @@ def read_input_bytes(path: str | os.PathLike[str], what: str, max_bytes: int | N
             raise InputError(f"is {kind}; a {what} must be a regular file", source=source)
         if info.st_size > cap:
             raise InputError(f"file is {info.st_size} bytes; a {what} file may be at most {cap} bytes", source=source)
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(cap + 1)
+        chunks, total = [], 0
+        while total <= cap:  # in chunks: read(cap + 1) would allocate the whole cap up front
+            chunk = os.read(fd, min(_CHUNK_BYTES, cap + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
     except OSError as exc:
         raise _os_error(exc, what, source) from None
     finally:

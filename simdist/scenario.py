@@ -31,7 +31,7 @@ from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
 from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
-from .inputfile import CAPS, read_input_text
+from .inputfile import CAPS, file_exists, read_input_text
 from .yamlio import MAX_DEPTH, parse_scalar, safe_load_limited
 
 __all__ = ["ComparePoint", "SweepConfig", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
@@ -312,8 +312,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def _check_reference(path: Path, what: str, source: str | None, field: str) -> None:
     """A file the scenario refers to must exist: a dangling reference names the scenario and field."""
-    if not path.exists():
-        raise InputError(f"{path}: {what} file not found", source=source, field=field)
+    if not file_exists(path):
+        raise InputError(f"{str(path)[:200]}: {what} file not found", source=source, field=field)
 
 
 def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[str, Any]:

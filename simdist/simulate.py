@@ -24,6 +24,7 @@ import torch
 
 from .algorithms import ALGORITHMS, AlgorithmContext
 from .errors import InputError
+from .inputfile import file_exists
 from .faults import FaultInjector
 from .platform.compute import ComputeModel, default_profile_paths, load_profiles
 from .platform.stragglers import StragglerSchedule
@@ -48,7 +49,7 @@ def _profile_paths(scenario: Scenario) -> list[Path]:
     base = Path(scenario.source).parent if scenario.source else Path(".")
     extra = [base / p for p in scenario.compute.profiles]
     for i, path in enumerate(extra):
-        if not path.is_file():
+        if not file_exists(path):
             raise InputError(f"compute profile {str(path)!r} not found", source=scenario.source,
                              field=f"compute.profiles[{i}]")
     return default_profile_paths() + extra

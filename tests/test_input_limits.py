@@ -202,3 +202,25 @@ def test_a_link_degraded_below_a_millionth_is_refused():
     with pytest.raises(InputError, match="greater than or equal to 0.000001") as err:
         scenario_from_dict(tiny(faults=faults), source="s.yaml")
     assert "faults.link_degradation[0].factor" in str(err.value)
+
+
+def test_a_profile_name_too_long_for_the_filesystem_is_an_input_error(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(compute={"profiles": ["x" * 5000]})))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert "compute.profiles[0]" in line and "not found" in line
+
+
+def test_reading_a_small_file_does_not_reserve_the_cap(tmp_path):
+    """Under an address-space limit below the 512 MiB trace cap a small trace still reads: the reader
+    does not ask for cap + 1 bytes up front (a worker with ulimit -v failed with MemoryError)."""
+    small = tmp_path / "trace.txt"
+    small.write_text("# OSU\n")
+    code = ("import resource, sys; from simdist.inputfile import read_input_bytes; "
+            "vm = int(next(l for l in open('/proc/self/status') if l.startswith('VmSize')).split()[1]) * 1024; "
+            "resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), resource.RLIM_INFINITY)); "
+            "sys.stdout.write(read_input_bytes(sys.argv[1], 'trace').decode())")
+    done = subprocess.run([sys.executable, "-c", code, str(small)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "# OSU\n"
