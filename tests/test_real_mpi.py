@@ -60,9 +60,9 @@ def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
     assert len(load_result_dir(tmp_path / "real-again").steps) == len(load_result_dir(tmp_path / "real").steps)
     twice = pd.read_csv(tmp_path / "validation_real_again.csv")
     assert (twice["measured_loss"] - twice["predicted_loss"]).abs().max() < 1e-6
-    # repeatability also leaves out iterations either run timed at zero (a busy host can cut a step
-    # below the timer's resolution): at most a couple fewer than the simulation comparison
-    assert summary["iterations_compared"] - 2 <= again["iterations_compared"] <= summary["iterations_compared"]
+    # the two comparisons pair iterations of different runs: on a busy host the simulated run's last
+    # iteration or a real one timed at zero can be in one and not the other, never more than a couple
+    assert abs(again["iterations_compared"] - summary["iterations_compared"]) <= 2
     assert again["level_ratio"] > 0
     assert 0 <= again["level_matched_median_abs_iteration_difference_pct"] \
         <= again["level_matched_p90_abs_iteration_difference_pct"]
