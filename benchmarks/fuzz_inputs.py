@@ -136,7 +136,7 @@ def group_key(kind: str, detail: str) -> str:
     with paths, numbers, quoted values and ids blurred."""
     where = re.search(r"\[([^\]]+:\d+ in [^\]]+)\]$", detail) or re.search(r"at (\S+:\d+ in \S+)", detail)
     if where:
-        head = detail.split(":", 1)[0] if kind in ("traceback", "out-of-memory") else ""
+        head = re.split(r"[:\[]", detail, maxsplit=1)[0].strip() if kind in ("traceback", "out-of-memory") else ""
         return f"{head} {where.group(1)}".strip()
     text = re.sub(r"\[[0-9a-f]{8,}\]", "[ID]", detail)
     text = re.sub(r"=\S*", "=V", re.sub(r"'[^']*'", "'S'", text))
