@@ -7,6 +7,19 @@ times in microseconds, bandwidths in GB/s = 1e9 B/s), one row per size, and a fo
 ``# Out of bounds values : ..`` / ``# Avg bus bandwidth : ..`` printed when the run ends.
 A file without that footer was cut short and is refused.
 
+Published outputs come in a few legitimate variants, all accepted:
+
+* older nccl-tests (before the ``Group`` and ``root`` columns): rank lines
+  ``#   Rank  r Pid p on HOST device d [bus] NAME`` and rows without ``root``, whose ``error``
+  column holds the largest relative error instead of a count of wrong values;
+* a launcher label on every line: ``srun --label`` (``0: ``, `` 0: ``) or Open MPI
+  ``--tag-output`` (``[1,0]<stdout>:``). The label of the line carrying the column header
+  names the stream the table is in; lines of other ranks' streams are left out;
+* text that is not nccl-tests output around the table: a job log before the parameter line,
+  NCCL and network-library messages before the column header (``NCCL version ..``,
+  ``[host:pid] INFO ..``), NCCL's ``host:pid:tid [d] NCCL INFO ..`` debug lines between rows,
+  anything after the footer. Before the column header nothing is taken as a row.
+
 Which collective was run comes from ``# Collective test starting: NAME_perf`` (newer
 versions), else from the file name, else from the ratio busbw/algbw (``2(n−1)/n`` for
 allreduce, ``(n−1)/n``, or 1). The ratio also checks the rank count read from the rank lines.
@@ -27,9 +40,14 @@ from .parsed import ParsedTrace, TraceError, shorten
 
 __all__ = ["looks_like_nccl_tests", "parse_nccl_tests"]
 
-_PARAMS = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes", re.M)
-_COLUMNS = re.compile(r"^#\s+size\s+count\s+type\b.*\bbusbw\b", re.M)
-_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
+# a launcher's label in front of each line: srun --label ("0: ", right-aligned) or Open MPI --tag-output
+_LABEL = r"(?:[ \t]*\d+: |\[\d+,\d+\]<std(?:out|err)>: ?)"
+_LABELLED = re.compile(rf"^({_LABEL})?(.*)$")
+_PARAMS = re.compile(rf"^{_LABEL}?#\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes", re.M)
+_COLUMNS = re.compile(rf"^{_LABEL}?#\s+size\s+count\s+type\b.*\bbusbw\b", re.M)
+_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
+                   r"\[[^\]]*\]\s+(.*)$")
+_NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)\b")  # NCCL_DEBUG lines between rows
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(?:_perf\w*)?\s*$", re.M)
 _FOOTER = re.compile(r"^#\s*Avg bus bandwidth\s*:", re.M)
 _NAME_IN_FILE = re.compile(r"(all_reduce|all_gather|alltoall|reduce_scatter|broadcast|sendrecv|hypercube|"
@@ -40,6 +58,20 @@ _EXPECTED = "size count type redop [root] time algbw busbw #wrong, out-of-place 
 def looks_like_nccl_tests(text: str) -> bool:
     """True when ``text`` has nccl-tests' parameter line or its column header."""
     return bool(_PARAMS.search(text) or _COLUMNS.search(text))
+
+
+def _tool_lines(text: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` of the output stream the table is in, launcher labels removed.
+
+    Without labels that is every line. With labels (``srun --label``, ``mpirun --tag-output``)
+    it is the lines carrying the label of the column header's line (rank 0 prints the table);
+    lines of other ranks and unlabelled lines of the job script are left out.
+    """
+    split = [(i, *_LABELLED.match(line).groups()) for i, line in enumerate(text.splitlines(), 1)]
+    label = next((lab for _, lab, rest in split if _COLUMNS.match(rest) or _PARAMS.match(rest)), None)
+    if label is None:
+        return [(i, rest) for i, lab, rest in split if lab is None]
+    return [(i, rest) for i, lab, rest in split if lab is not None and lab.strip() == label.strip()]
 
 
 def _number(token: str) -> float:
@@ -95,17 +127,20 @@ def parse_nccl_tests(path: str, text: str) -> ParsedTrace:
     if not looks_like_nccl_tests(text):
         raise TraceError(path, f"not nccl-tests output (no '# nThread .. nGpus .. minBytes' line and no "
                                f"'# size count type .. busbw' header); first line: {shorten(text.splitlines()[0] if text.strip() else '(empty)')!r}")
-    ranks, rows, footer = [], [], False
-    for lineno, line in enumerate(text.splitlines(), 1):
+    lines = _tool_lines(text)
+    text = "\n".join(line for _, line in lines)
+    ranks, rows, header, footer = [], [], False, False
+    for lineno, line in lines:
         if not line.strip():
             continue
         if line.lstrip().startswith("#"):
             if m := _RANK.match(line):
                 ranks.append((int(m.group(1)), m.group(2), m.group(3).strip()))
+            header = header or bool(_COLUMNS.match(line))
             footer = footer or bool(_FOOTER.match(line))
             continue
-        if footer:
-            continue  # anything after the footer (NCCL version lines, warnings) is not table
+        if not header or footer or _NCCL_LOG.match(line):
+            continue  # a job log before the table, library messages, anything after the footer
         rows.append(_row(path, lineno, line))
     if not rows:
         raise TraceError(path, "nccl-tests header but no result rows; the file is truncated")
