@@ -125,7 +125,8 @@ def test_simdist_trace_and_steps_reference_files():
 
 
 def test_every_format_is_registered_with_a_description():
-    assert set(TRACE_FORMATS.names()) == {"nccl-tests", "osu", "torch-profiler", "simdist-trace", "simdist-steps"}
+    assert set(TRACE_FORMATS.names()) == {"nccl-tests", "osu", "collective-csv", "torch-profiler", "simdist-trace",
+                                          "simdist-steps"}
     assert all(entry.description and entry.citation for entry in TRACE_FORMATS)
 
 
@@ -180,7 +181,7 @@ def test_each_parser_refuses_a_truncated_file(fmt, tmp_path):
 
 def test_missing_file_and_unknown_format(tmp_path):
     assert_one_line_error(tmp_path / "nope.txt", "file not found")
-    with pytest.raises(InputError, match="--format: unknown trace format .nccl.; known: nccl-tests"):
+    with pytest.raises(InputError, match="--format: unknown trace format .nccl.; known: collective-csv, nccl-tests"):
         parse_trace(NCCL, "nccl")
 
 

@@ -7,13 +7,14 @@ whose message is one line naming the file and what was expected.
 
 Registered formats (``TRACE_FORMATS``; ``simdist calibrate trace --format NAME``):
 
-==================  ===========================================================================
+==================  ==================================================================================================
 ``nccl-tests``      ``all_reduce_perf`` and the other ``*_perf`` tools (:mod:`.nccl_tests`)
 ``osu``             OSU micro-benchmarks: latency, bw, bibw, collectives (:mod:`.osu`)
 ``torch-profiler``  PyTorch profiler Chrome traces, per-step compute/collectives (:mod:`.torch_trace`)
 ``simdist-trace``   simdist's ``trace.json`` (simulated or real MPI runs) (:mod:`.simdist_trace`)
 ``simdist-steps``   simdist's ``steps.csv`` (:mod:`.simdist_trace`)
-==================  ===========================================================================
+``collective-csv``  collective timings measured with the user's own tools, as a CSV (:mod:`.collective_csv`)
+==================  ==================================================================================================
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Callable
 from ..errors import InputError
 from ..inputfile import read_input_bytes
 from ..registry import Registry
+from .collective_csv import looks_like_collective_csv, parse_collective_csv
 from .nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from .osu import looks_like_osu, parse_osu
 from .parsed import ParsedTrace, TraceError, shorten
@@ -65,11 +67,16 @@ _add(TraceFormat("simdist-trace", True, looks_like_simdist_trace, parse_simdist_
      "simdist trace.json (simulated or real MPI run): per-rank compute/comm/wait", "ARCHITECTURE.md, results contract")
 _add(TraceFormat("simdist-steps", False, looks_like_steps_csv, parse_steps_csv),
      "simdist steps.csv: per-worker iteration time, batch size, staleness", "ARCHITECTURE.md, results contract")
+_add(TraceFormat("collective-csv", False, looks_like_collective_csv, parse_collective_csv),
+     "CSV of collective timings: collective, ranks, bytes, time per operation (or busbw)",
+     "docs/calibration.md, 'Collective timings from a CSV'")
 
 # detection order: JSON traces by content (simdist before torch: both are Chrome traces)
 _JSON_ORDER = ("simdist-trace", "torch-profiler")
-_TEXT_ORDER = ("nccl-tests", "osu", "simdist-steps")
-_KNOWN = "nccl-tests *_perf output, OSU micro-benchmark output, a PyTorch profiler trace, simdist trace.json or steps.csv"
+# the CSV first: its test reads only the header, while nccl-tests' looks anywhere (a comment may quote it)
+_TEXT_ORDER = ("collective-csv", "nccl-tests", "osu", "simdist-steps")
+_KNOWN = "nccl-tests *_perf output, OSU micro-benchmark output, a PyTorch profiler trace, simdist trace.json or " \
+         "steps.csv, a collective CSV (header: collective, ranks, bytes, time_s)"
 
 
 def read_input(path: str | Path) -> tuple[str, Any]:
