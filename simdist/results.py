@@ -198,6 +198,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "timing_only": result.timing_only,
         "status": result.status,
         "faults": jsonable(result.extra.get("faults")),  # crashed ranks and what was dropped (docs/faults.md)
+        # which collectives a measured table priced, and how: inside it, size or ranks extrapolated
+        "collective_pricing": jsonable(result.extra.get("collective_pricing") or []),
         "packages": package_versions(),
         "content_hash": content_hash(result.scenario, result.platform, result.seed),
         "summary": summary,

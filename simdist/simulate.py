@@ -329,7 +329,8 @@ class Simulation:
             timing_only=self.timing_only,
             extra={"compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
                    "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
-                   "events": self.events_processed, "faults": self._fault_figures()})
+                   "events": self.events_processed, "faults": self._fault_figures(),
+                   "collective_pricing": self.world.pricer.provenance()})
 
     def _fault_figures(self) -> dict[str, Any]:
         """Crashed ranks and what was lost with them (all zero without faults)."""

@@ -1,9 +1,11 @@
 """Named link kinds with their default latency and bandwidth.
 
-A link is full duplex: each direction has the full ``bandwidth_Bps``. Figures come from
-``hardware_reference.csv`` (published data sheets and maintainers' measurements); the row
-each one comes from is named in ``source``. Platform files may override latency or
-bandwidth of any link.
+By default a link is full duplex: each direction has the full ``bandwidth_Bps``. Figures
+come from ``hardware_reference.csv`` (published data sheets and maintainers' measurements);
+the row each one comes from is named in ``source``. Platform files may override latency or
+bandwidth of any link, make it half duplex or cap the sum of its two directions
+(:class:`~simdist.platform.spec.LinkSpec`, ``docs/network.md``): those are properties of a
+link as installed, not of its kind, so the kinds here carry none.
 """
 
 from __future__ import annotations

@@ -4,8 +4,17 @@ Every flow ends with a bottleneck link that is saturated and on which it has the
 rate. :func:`max_min_rates` picks the solver that is faster at the problem's size; both give
 the same allocation (``tests/test_flow_solver_fast.py``).
 
-Reference: D. Bertsekas and R. Gallager, *Data Networks*, §6.5.2 (max-min fairness and
-progressive filling).
+:func:`weighted_max_min_rates` is the weighted form: flow ``f`` has weight ``w_f``, filling
+raises every unfrozen flow's rate as ``w_f · t`` for one common level ``t``, and on each
+bottleneck the flows' rates are proportional to their weights (unit weights give
+:func:`max_min_rates`). It is a separate function so that the unweighted solver, the one
+every default platform uses, does not pay for weights.
+
+References: D. Bertsekas and R. Gallager, *Data Networks*, §6.5.2 (max-min fairness and
+progressive filling); SimGrid's LMM solver, which solves the same weighted problem with a
+"sharing penalty" per flow (rate proportional to 1 / penalty; SimGrid documentation,
+"Models", https://simgrid.org/doc/latest/Models.html, and
+``src/kernel/lmm/maxmin.cpp``).
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["max_min_rates", "max_min_rounds"]
+__all__ = ["max_min_rates", "max_min_rounds", "weighted_max_min_rates"]
 
 
 def max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
@@ -227,3 +236,100 @@ def _drop(flows: np.ndarray, hops: list[np.ndarray], keep: np.ndarray) -> tuple[
     """The flows and hop columns without the frozen flows (order, hence prefixes, preserved)."""
     kept = (hop.compress(keep[:hop.size]) for hop in hops)
     return flows.compress(keep), [hop for hop in kept if hop.size]
+
+
+# -- weighted max-min ---------------------------------------------------------------------
+
+
+def weighted_max_min_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float],
+                           weights: Sequence[float]) -> list[float]:
+    """Weighted max-min fair rates: on each bottleneck, rates proportional to the flows' weights.
+
+    Progressive filling with weights: every unfrozen flow ``f`` moves at ``weights[f] · t``;
+    a link's level is its remaining capacity over the summed weights of its unfrozen flows;
+    the links with the smallest level saturate together and freeze their flows at
+    ``weights[f] · level``; repeat. Weights must be positive and finite. A flow with an empty
+    route gets ``inf``; a route that names a link twice counts once in that link's summed
+    weight and uses its capacity once per mention, as in :func:`max_min_rates`, which this
+    equals when every weight is the same.
+
+    This is the allocation of SimGrid's LMM solver with each flow's sharing penalty
+    ``1 / weights[f]`` (``src/kernel/lmm/maxmin.cpp``: a constraint's usage is the sum of
+    ``1 / penalty`` of its variables, a saturated variable gets ``min_usage / penalty``).
+    """
+    if len(routes) > _VECTOR_ABOVE or sum(map(len, routes)) > _VECTOR_ABOVE:
+        return _fill_numpy_weighted(routes, capacity, weights)
+    disjoint = _disjoint_rates(routes, capacity)  # no link shared: weights do not matter
+    if disjoint is not None:
+        return disjoint
+    return _fill_python_weighted(routes, capacity, weights)
+
+
+def _fill_python_weighted(routes: Sequence[Sequence[int]], capacity: Sequence[float],
+                          weights: Sequence[float]) -> list[float]:
+    """Weighted progressive filling on dicts and sets, one level per round: the reference."""
+    rates = [float("inf")] * len(routes)
+    remaining: dict[int, float] = {}
+    users: dict[int, set[int]] = defaultdict(set)
+    weight_on: dict[int, float] = defaultdict(float)  # link -> summed weight of its unfrozen flows
+    for f, route in enumerate(routes):
+        for link in route:
+            if f not in users[link]:
+                users[link].add(f)
+                weight_on[link] += weights[f]
+            remaining[link] = capacity[link]
+    while users:
+        levels = {link: remaining[link] / weight_on[link] for link in users}
+        level = min(levels.values())
+        tie = level + abs(level) * _TIE
+        frozen = {f for link, s in levels.items() if s <= tie for f in users[link]}
+        level = max(level, 0.0)
+        for f in frozen:
+            rate = rates[f] = weights[f] * level
+            for link in routes[f]:
+                remaining[link] -= rate
+                flows_here = users.get(link)
+                if flows_here is not None and f in flows_here:
+                    flows_here.discard(f)
+                    if flows_here:
+                        weight_on[link] -= weights[f]
+                    else:
+                        del users[link], weight_on[link]
+    return rates
+
+
+def _fill_numpy_weighted(routes: Sequence[Sequence[int]], capacity: Sequence[float],
+                         weights: Sequence[float]) -> list[float]:
+    """The weighted allocation by rounds of freezing every final link at once.
+
+    The argument of :func:`_max_min_rates_numpy` holds with weights: freezing flows at a level
+    no higher than a link's level leaves that link's level no lower, so a link whose level is
+    no larger than that of every other link its unfrozen flows cross is final. Routes that
+    name a link twice go to the plain solver, as there.
+    """
+    flows, hops, used = _hop_columns(routes, len(capacity))
+    if _repeats_a_link(hops):
+        return _fill_python_weighted(routes, capacity, weights)
+    rates = np.full(len(routes), np.inf)
+    weight = np.asarray(weights, dtype=float).take(flows)  # in the order of ``flows``
+    remaining = _capacities(capacity, used)
+    weight_on = np.zeros(used.size)
+    for hop in hops:
+        weight_on += np.bincount(hop, weights=weight[:hop.size], minlength=used.size)
+    while flows.size:
+        with np.errstate(divide="ignore", invalid="ignore"):  # links no unfrozen flow crosses
+            level = np.maximum(remaining / weight_on, 0.0)
+        flow_level, frozen = _final_flows(level, hops)
+        if not frozen.any():
+            break  # the flows left cross only links of unbounded capacity: they keep rate inf
+        frozen_weight = weight.compress(frozen)
+        rate = frozen_weight * flow_level.compress(frozen)
+        rates[flows.compress(frozen)] = rate
+        gone = [hop.compress(frozen[:hop.size]) for hop in hops]  # frozen flows with > j hops lead ``rate``
+        links = np.concatenate(gone)
+        remaining -= np.bincount(links, weights=np.concatenate([rate[:g.size] for g in gone]), minlength=used.size)
+        weight_on -= np.bincount(links, weights=np.concatenate([frozen_weight[:g.size] for g in gone]),
+                                 minlength=used.size)
+        weight = weight.compress(~frozen)
+        flows, hops = _drop(flows, hops, ~frozen)
+    return rates.tolist()

@@ -7,6 +7,15 @@ flow moves at a constant rate, so the next completion time is known exactly and 
 is enough. Contention — many workers pushing to one parameter server, several groups
 crossing one uplink — emerges from this, not from special cases.
 
+How flows share a bottleneck is a *sharing rule* (:data:`SHARING_RULES`, chosen by the
+platform's ``fabric.sharing``): ``max-min`` gives them equal shares; ``rtt-weighted`` gives
+them shares proportional to 1/RTT, RTT = 2 x the route's summed latency, as TCP does to
+flows of different round-trip times (weighted max-min, :func:`.weighted_max_min_rates`).
+
+A route may be a :class:`~simdist.platform.topology.StripedRoute` (multi-rail NICs): the
+transfer is then split evenly into one flow per stripe and completes with the last one;
+its bytes are split in whole bytes, so the counters add up to exactly the transfer's.
+
 References: D. Bertsekas and R. Gallager, *Data Networks*, §6.5.2 (max-min fairness and
 progressive filling); P. Velho et al., "On the validity of flow-level TCP network models
 for grid and cloud simulations", ACM TOMACS 23(4), 2013 (SimGrid's flow model).
@@ -19,31 +28,63 @@ from collections import defaultdict
 from typing import Any, Callable, Sequence
 
 from ..registry import Registry
-from .maxmin import max_min_rates, max_min_rounds
-from .topology import Link
+from .maxmin import max_min_rates, max_min_rounds, weighted_max_min_rates
+from .topology import Link, StripedRoute
 
-__all__ = ["max_min_rates", "max_min_rounds", "Flow", "FlowNetwork", "NETWORK_MODELS"]
+__all__ = ["max_min_rates", "max_min_rounds", "weighted_max_min_rates", "Flow", "FlowNetwork", "NETWORK_MODELS",
+           "SHARING_RULES", "rtt_weight"]
 
 _RELATIVE_EPS = 1e-9  # a flow this close to its size (relative) has finished
 _ROUTES_KEPT = 1 << 16  # route tuples whose facts a network keeps (a platform has one per rank pair in use)
+MIN_RTT_S = 1e-9  # rtt-weighted: a route of zero latency counts as 1 ns round trip (its weight stays finite)
+
+
+def rtt_weight(route_latency_s: float) -> float:
+    """A flow's weight under ``rtt-weighted`` sharing: 1 / RTT, RTT = 2 x its route's summed
+    one-way latency (at least :data:`MIN_RTT_S`)."""
+    return 1.0 / max(2.0 * route_latency_s, MIN_RTT_S)
+
+
+SHARING_RULES: Registry[Callable[[float], float] | None] = Registry("sharing rule")
+"""How flows share a bottleneck: each entry maps a route's summed latency to the flow's weight
+(None: every flow the same, the plain max-min solver)."""
+SHARING_RULES.add(
+    "max-min", None, "every flow on a bottleneck gets the same share (max-min fairness)",
+    citation="Bertsekas & Gallager, Data Networks §6.5.2; Velho et al., ACM TOMACS 23(4), 2013")
+SHARING_RULES.add(
+    "rtt-weighted", rtt_weight,
+    "flows on a bottleneck get shares proportional to 1/RTT, RTT = 2 x the route's summed latency, as TCP "
+    "favours short round trips (weighted max-min)",
+    citation="SimGrid documentation, 'Models' > 'The TCP models' (https://simgrid.org/doc/latest/Models.html): "
+    "each flow's priority is the sum over its links of Lat(l) + weight-S / Bandwidth(l), and flows get bandwidth "
+    "inversely proportional to it (network/weight-S: 0 in CM02, 20537 in LV08, 8775 in SMPI); in the source, "
+    "NetworkCm02Model::communicate sets sharing_penalty_ = the route's latency sum (plus weight-S / bandwidth "
+    "per link when weight-S > 0), src/kernel/resource/models/network_cm02.cpp. This rule is that priority "
+    "with weight-S = 0 (CM02), doubled into an RTT, which leaves the shares unchanged. A. Legrand and P. Velho, "
+    "'Accuracy study and improvement of network simulation in the SimGrid framework', SIMUTools 2009")
 
 
 class Flow:
     """A transfer in progress."""
 
-    __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices", "rate_Bps",
-                 "started_s", "busy_from_s")
+    __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices",
+                 "counted_indices", "weight", "rate_Bps", "started_s", "busy_from_s")
 
     def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
-                 dst: int | None = None, link_indices: tuple[int, ...] | None = None):
+                 dst: int | None = None, link_indices: tuple[int, ...] | None = None,
+                 counted_indices: tuple[int, ...] | None = None, counted_bytes: float | None = None):
         self.route = route
         self.nbytes = nbytes
         self.done = done  # called when the last byte arrives
         self.src, self.dst = src, dst
         self.remaining = float(nbytes)
-        self.counted_bytes = float(math.ceil(nbytes))  # whole bytes for the counters: sums of integers are exact
+        # whole bytes for the counters: sums of integers are exact (a stripe gets its share of the transfer's)
+        self.counted_bytes = float(math.ceil(nbytes)) if counted_bytes is None else counted_bytes
         # the route as the solver takes it
         self.link_indices = tuple(link.index for link in route) if link_indices is None else link_indices
+        # the links whose byte counters it adds to (not the shared capacities of half-duplex/capped links)
+        self.counted_indices = self.link_indices if counted_indices is None else counted_indices
+        self.weight = 1.0  # its weight on a bottleneck (rtt-weighted sharing)
         self.rate_Bps = 0.0
         self.started_s = 0.0
         self.busy_from_s = 0.0  # a lone flow: its links' busy time is counted up to here
@@ -65,10 +106,16 @@ class FlowNetwork:
     first, it rejoins the shared flows with the bytes it has moved so far, so the allocation
     is the max-min one at every instant either way (``lone_shortcut=False`` turns it off,
     for tests that compare the two).
+
+    ``sharing`` names the rule in :data:`SHARING_RULES`; by default it is the one ``links``
+    carries (a platform's :class:`~simdist.platform.topology.LinkList` carries its
+    ``fabric.sharing``), else ``max-min``.
     """
 
-    def __init__(self, env, links: Sequence[Link], *, lone_shortcut: bool = True):
+    def __init__(self, env, links: Sequence[Link], *, lone_shortcut: bool = True, sharing: str | None = None):
         self.env = env
+        self.sharing = sharing if sharing is not None else getattr(links, "sharing", "max-min")
+        self._weight_of = SHARING_RULES.get(self.sharing)  # None: equal shares, the unweighted solver
         self.links = list(links)
         self.lone_shortcut = lone_shortcut
         self._capacity = [link.bandwidth_Bps for link in self.links]
@@ -95,7 +142,8 @@ class FlowNetwork:
         """An event that succeeds when ``nbytes`` have crossed ``route``.
 
         ``latency_s`` overrides the route's summed link latency (collective models pay
-        latency separately and pass 0).
+        latency separately and pass 0). Over a :class:`StripedRoute`, the bytes are split
+        evenly over its stripes, each a flow of its own, and the event succeeds with the last.
         """
         done = self.env.event()
         self.transfer_then(route, nbytes, done.succeed, src=src, dst=dst, latency_s=latency_s)
@@ -105,8 +153,18 @@ class FlowNetwork:
                       src: int | None = None, dst: int | None = None, latency_s: float | None = None) -> None:
         """Like :meth:`transfer`, but call ``on_done()`` when the last byte arrives instead of
         succeeding an event (one SimPy event less per message for callers that only react)."""
-        route, indices, route_latency_s, distinct = self._route_facts(route)
-        flow = Flow(route, max(float(nbytes), 0.0), on_done, src, dst, indices)
+        if type(route) is StripedRoute:
+            self._transfer_striped(route.stripes, nbytes, on_done, src, dst, latency_s)
+            return
+        self._send(route, max(float(nbytes), 0.0), on_done, src, dst, latency_s, None)
+
+    def _send(self, route: Sequence[Link], nbytes: float, on_done: Callable[[], Any], src: int | None,
+              dst: int | None, latency_s: float | None, counted_bytes: float | None) -> None:
+        """One flow of ``nbytes`` over ``route`` (``counted_bytes``: its whole bytes, default ceil)."""
+        route, indices, route_latency_s, distinct, counted = self._route_facts(route)
+        flow = Flow(route, nbytes, on_done, src, dst, indices, counted, counted_bytes)
+        if self._weight_of is not None:
+            flow.weight = self._weight_of(route_latency_s)  # the physical route's, whatever latency_s says
         if src is not None and dst is not None:
             self.sent_bytes[(src, dst)] += flow.counted_bytes
         delay = route_latency_s if latency_s is None else latency_s
@@ -117,14 +175,38 @@ class FlowNetwork:
         else:
             self._start(flow)
 
-    def _route_facts(self, route: Sequence[Link]) -> tuple[tuple[Link, ...], tuple[int, ...], float, bool]:
-        """(route as a tuple, its link indices, summed latency, no link named twice), kept per
-        route tuple: a platform hands out the same tuple for a pair every time."""
+    def _transfer_striped(self, stripes: tuple[tuple[Link, ...], ...], nbytes: float, on_done: Callable[[], Any],
+                          src: int | None, dst: int | None, latency_s: float | None) -> None:
+        """``nbytes`` split evenly over ``stripes``, one flow each; ``on_done`` after the last.
+
+        Timing uses the exact share ``nbytes / k``; the counters get the transfer's whole
+        bytes split as evenly as integers allow, so they add up to exactly what one flow's
+        would be.
+        """
+        size = max(float(nbytes), 0.0)
+        share, extra = divmod(math.ceil(size), len(stripes))
+        left = [len(stripes)]
+
+        def stripe_done() -> None:
+            left[0] -= 1
+            if not left[0]:
+                on_done()
+
+        for k, stripe in enumerate(stripes):
+            self._send(stripe, size / len(stripes), stripe_done, src, dst, latency_s, float(share + (k < extra)))
+
+    def _route_facts(self, route: Sequence[Link]) -> tuple[tuple[Link, ...], tuple[int, ...], float, bool,
+                                                            tuple[int, ...]]:
+        """(route as a tuple, its link indices, summed latency, no link named twice, the indices
+        of the links that count bytes), kept per route tuple: a platform hands out the same
+        tuple for a pair every time."""
         facts = self._routes.get(id(route)) if type(route) is tuple else None
         if facts is None or facts[0] is not route:
             links = tuple(route)
             indices = tuple(link.index for link in links)
-            facts = (links, indices, sum(link.latency_s for link in links), len(set(indices)) == len(indices))
+            counted = tuple(link.index for link in links if link.counts_bytes)
+            facts = (links, indices, sum(link.latency_s for link in links), len(set(indices)) == len(indices),
+                     indices if len(counted) == len(indices) else counted)
             if type(route) is tuple and len(self._routes) < _ROUTES_KEPT:
                 self._routes[id(route)] = facts  # the tuple is kept alive with its facts: its id stays its own
         return facts
@@ -266,10 +348,10 @@ class FlowNetwork:
             self._claim(flow)
         self._advance(now)
         self.active.append(flow)
-        for link in flow.route:
-            if self._link_active[link.index] == 0:
-                self._link_busy_since[link.index] = now
-            self._link_active[link.index] += 1
+        for i in flow.link_indices:
+            if self._link_active[i] == 0:
+                self._link_busy_since[i] = now
+            self._link_active[i] += 1
         if len(self.active) == 1 and not self._resolve_pending:
             # alone on the network: its rate is known now. Should another flow start in this
             # instant, it re-solves (deferred) with both; rates only depend on the active set
@@ -303,7 +385,11 @@ class FlowNetwork:
         if not self.active:
             return
         self.solves += 1
-        rates = max_min_rates([f.link_indices for f in self.active], self._capacity)
+        if self._weight_of is None:
+            rates = max_min_rates([f.link_indices for f in self.active], self._capacity)
+        else:
+            rates = weighted_max_min_rates([f.link_indices for f in self.active], self._capacity,
+                                           [f.weight for f in self.active])
         for flow, rate in zip(self.active, rates):
             flow.rate_Bps = rate
         next_s = min(max(f.remaining, 0.0) / f.rate_Bps for f in self.active)
@@ -322,18 +408,18 @@ class FlowNetwork:
         done = set(map(id, finished))
         self.active = [f for f in self.active if id(f) not in done]
         for flow in finished:
-            for link in flow.route:
-                self._link_active[link.index] -= 1
-                if self._link_active[link.index] == 0:
-                    self.link_busy_s[link.index] += now - self._link_busy_since[link.index]
+            for i in flow.link_indices:
+                self._link_active[i] -= 1
+                if self._link_active[i] == 0:
+                    self.link_busy_s[i] += now - self._link_busy_since[i]
             self._account_end(flow)
         self._resolve_and_schedule()
         for flow in finished:
             flow.done()
 
     def _account_end(self, flow: Flow) -> None:
-        for link in flow.route:
-            self.link_bytes[link.index] += flow.counted_bytes
+        for i in flow.counted_indices:
+            self.link_bytes[i] += flow.counted_bytes
         if flow.src is not None and flow.dst is not None:
             self.received_bytes[(flow.src, flow.dst)] += flow.counted_bytes
 

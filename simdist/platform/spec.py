@@ -2,9 +2,12 @@
 
 Scenario files say what runs on a platform; platform files say what it is. A platform is
 ``nodes`` identical nodes of ``node.devices`` devices each (rank = node · devices + local
-index), an intra-node link kind, ``node.nics`` NICs per node (device k uses NIC k mod nics)
-and a fabric joining the nodes. Individual ranks may differ through ``device_overrides``
-(speed factor, CPU share), which is how heterogeneous clusters are described.
+index), an intra-node link kind, ``node.nics`` NICs per node (device k uses NIC k mod nics,
+or every transfer is striped over all of them: ``node.nic_policy``) and a fabric joining the
+nodes. Links are full duplex unless ``duplex: half`` or ``aggregate_bandwidth`` says
+otherwise; how flows share a bottleneck is ``fabric.sharing`` (``docs/network.md``).
+Individual ranks may differ through ``device_overrides`` (speed factor, CPU share), which is
+how heterogeneous clusters are described.
 
 Units are strings at the edge (``"200Gbps"``, ``"1.5us"``) or SI numbers.
 """
@@ -13,52 +16,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from ..config import USER_CONFIG
-from ..units import parse_bandwidth, parse_flops, parse_time
+from .cost_spec import CollectiveCostSpec, MessageCostSpec
 from .devices import DEVICE_KINDS
 from .links import LINK_KINDS
+from .quantities import MAX_DEVICES, MIN_CPUS, BytesPerSecond, FlopsPerSecond, Interval, LatencySeconds, Seconds
 
 __all__ = ["LinkSpec", "DeviceSpec", "CoreSet", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
            "Seconds", "LatencySeconds", "Interval", "BytesPerSecond", "FlopsPerSecond", "MAX_DEVICES"]
-
-
-MAX_DEVICES = 1 << 20  # a million ranks: beyond any cluster a scenario can describe today
-MAX_LATENCY_S = 60.0  # slower than any link, a misplaced unit
-MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS = 1.0, 1e15  # 1 B/s .. 1 PB/s (no link is faster)
-MIN_FLOPS, MAX_FLOPS = 1e6, 1e18  # 1 MFLOP/s .. 1 EFLOP/s per device
-MIN_CPUS = 0.01  # the CPU share granularity of docker --cpus and cgroups
-
-
-def _within(parse, low: float, high: float, example: str):
-    """``parse`` and then check ``low <= value <= high`` (the physical range of the quantity)."""
-    def check(value):
-        x = parse(value)
-        if x <= 0:
-            raise ValueError(f"must be greater than zero, got {value!r}")
-        if not low <= x <= high:
-            raise ValueError(f"must be between {low:g} and {high:g} {example}, got {value!r}")
-        return x
-    return check
-
-
-def _time_between(low: float, high: float):
-    def check(value):
-        x = parse_time(value)
-        if not low <= x <= high:
-            raise ValueError(f"must be between {low:g} s and {high:g} s, got {value!r}")
-        return x
-    return check
-
-
-Seconds = Annotated[float, BeforeValidator(parse_time)]
-LatencySeconds = Annotated[float, BeforeValidator(_time_between(0.0, MAX_LATENCY_S))]
-MIN_INTERVAL_S, MAX_INTERVAL_S = 1e-9, 1e9  # 1 ns (below, a timer stalls a clock of seconds) .. 30 years
-Interval = Annotated[float, BeforeValidator(_time_between(MIN_INTERVAL_S, MAX_INTERVAL_S))]
-BytesPerSecond = Annotated[float, BeforeValidator(_within(parse_bandwidth, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS,
-                                                          "bytes/s (1Bps .. 1PBps)"))]
-FlopsPerSecond = Annotated[float, BeforeValidator(_within(parse_flops, MIN_FLOPS, MAX_FLOPS, "FLOP/s"))]
 
 
 class _Frozen(BaseModel):
@@ -66,11 +33,19 @@ class _Frozen(BaseModel):
 
 
 class LinkSpec(_Frozen):
-    """A link kind, optionally with its latency or bandwidth overridden."""
+    """A link kind, optionally with its latency or bandwidth overridden, and how its two
+    directions share capacity (``docs/network.md``, "Link semantics")."""
 
     kind: str = Field(description="named link kind (simdist list links), e.g. nvlink3, ib-hdr, shm")
     latency: LatencySeconds | None = Field(None, description="one-way latency, e.g. '1.5us' (default: the kind's)")
     bandwidth: BytesPerSecond | None = Field(None, description="per direction, e.g. '200Gbps' or '25GBps' (default: the kind's)")
+    duplex: Literal["full", "half"] = Field(
+        "full", description="full: each direction has the whole bandwidth; half: both directions share one "
+        "bandwidth (their rates add up to at most it). Default full")
+    aggregate_bandwidth: BytesPerSecond | None = Field(
+        None, description="full duplex only: cap on the sum of both directions' rates, bytes/s like bandwidth "
+        "(e.g. '37.5GBps'), between bandwidth and 2 x bandwidth; what a NIC or PCIe link gives both ways at once "
+        "(OSU bibw below 2 x bw). Default: none (each direction has its bandwidth)")
 
     @model_validator(mode="before")
     @classmethod
@@ -81,6 +56,26 @@ class LinkSpec(_Frozen):
     def _kind_known(self):
         LINK_KINDS.check(self.kind)
         return self
+
+    @field_validator("aggregate_bandwidth")
+    @classmethod
+    def _aggregate_within_bandwidth(cls, value, info: ValidationInfo):
+        """``bandwidth <= aggregate_bandwidth <= 2 x bandwidth``, on a full-duplex link."""
+        if value is None:
+            return value
+        if info.data.get("duplex") == "half":
+            raise ValueError("a half-duplex link's directions already share its bandwidth; give duplex: half "
+                             "or aggregate_bandwidth, not both")
+        bandwidth = info.data.get("bandwidth")
+        if bandwidth is None:
+            kind = info.data.get("kind")
+            if kind not in LINK_KINDS:
+                return value  # the kind is refused on its own
+            bandwidth = LINK_KINDS.get(kind).bandwidth_Bps
+        if not bandwidth <= value <= 2 * bandwidth:
+            raise ValueError(f"must be between bandwidth ({bandwidth:g} B/s) and 2 x bandwidth "
+                             f"({2 * bandwidth:g} B/s), got {value:g} B/s")
+        return value
 
     @property
     def latency_s(self) -> float:
@@ -125,6 +120,11 @@ class NodeSpec(_Frozen):
         "sharing) by the devices pinned to it; a device in no set has its cpus to itself")
     intra_link: LinkSpec = Field(LinkSpec(kind="shm"), description="device ↔ node interconnect port, per device")
     nics: int = Field(1, ge=1, le=64, description="network interfaces per node; device k uses NIC k mod nics")
+    nic_policy: Literal["by-device", "multi-rail"] = Field(
+        "by-device", description="which NICs a transfer to another node uses. by-device: device k's NIC k mod nics; "
+        "multi-rail: all of them, the transfer split evenly in one stripe per NIC (stripe k leaves by NIC k and "
+        "arrives by NIC k, as NCCL and MPI multi-rail do) and done when its last stripe is; switch and fat_tree "
+        "fabrics only (ring/torus routes do not cross NICs). Default by-device")
     nic_link: LinkSpec = Field(LinkSpec(kind="ib-hdr"), description="NIC ↔ fabric link, per NIC")
 
     @model_validator(mode="after")
@@ -163,6 +163,10 @@ class FabricSpec(_Frozen):
     dims: list[Annotated[int, Field(ge=1, le=MAX_DEVICES)]] | None = Field(
         None, description="torus: nodes per dimension, product = nodes (default: a ring of all nodes)")
     link: LinkSpec | None = Field(None, description="ring/torus: node-to-node link (default: the NIC link)")
+    sharing: Literal["max-min", "rtt-weighted"] = Field(
+        "max-min", description="how flows share a bottleneck link. max-min: equal shares (max-min fairness); "
+        "rtt-weighted: shares proportional to 1/RTT, RTT = 2 x the route's summed latency, as TCP "
+        "and SimGrid's CM02/LV08 models (weighted max-min). Default max-min")
 
 
 class DeviceOverride(_Frozen):
@@ -182,6 +186,11 @@ class PlatformSpec(_Frozen):
     node: NodeSpec = Field(default_factory=NodeSpec)
     fabric: FabricSpec = Field(default_factory=FabricSpec)
     device_overrides: list[DeviceOverride] = Field(default_factory=list)
+    collectives: CollectiveCostSpec | None = Field(None, description=(
+        "measured collective costs: tables of time against size, and the reduction rate (see "
+        "docs/calibration.md); default: collectives are priced from the links"))
+    messages: MessageCostSpec | None = Field(None, description=(
+        "LogGP per-message costs (CPU overhead, gap, eager/rendezvous); default: a message costs its links only"))
 
     @property
     def device_count(self) -> int:

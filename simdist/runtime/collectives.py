@@ -39,9 +39,12 @@ FIDELITIES = ("analytic", "flows")
 
 @dataclass(frozen=True)
 class Transfer:
+    """``nbytes`` from rank ``src`` to rank ``dst``; ``reduces``: the receiver sums them into its buffer."""
+
     src: int
     dst: int
     nbytes: float
+    reduces: bool = False
 
 
 Step = tuple[Transfer, ...]
@@ -53,9 +56,9 @@ AllreducePlanner = Callable[[Sequence[int], float, NodeOf], Plan]
 COLLECTIVES: Registry[AllreducePlanner] = Registry("collective")
 
 
-def _ring_steps(ranks: Sequence[int], chunk_bytes: float, count: int) -> list[Step]:
+def _ring_steps(ranks: Sequence[int], chunk_bytes: float, count: int, reduces: bool = False) -> list[Step]:
     n = len(ranks)
-    step = tuple(Transfer(ranks[i], ranks[(i + 1) % n], chunk_bytes) for i in range(n))
+    step = tuple(Transfer(ranks[i], ranks[(i + 1) % n], chunk_bytes, reduces) for i in range(n))
     return [step] * count
 
 
@@ -65,7 +68,7 @@ def ring_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan
     n = len(ranks)
     if n < 2:
         return ()
-    return (tuple(_ring_steps(ranks, nbytes / n, 2 * (n - 1))),)
+    return (tuple(_ring_steps(ranks, nbytes / n, n - 1, reduces=True) + _ring_steps(ranks, nbytes / n, n - 1)),)
 
 
 def _tree_levels(n: int) -> list[list[int]]:
@@ -83,7 +86,7 @@ def tree_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan
     if len(ranks) < 2:
         return ()
     levels = _tree_levels(len(ranks))[1:]
-    up = [tuple(Transfer(ranks[i], ranks[(i - 1) // 2], nbytes) for i in level) for level in reversed(levels)]
+    up = [tuple(Transfer(ranks[i], ranks[(i - 1) // 2], nbytes, True) for i in level) for level in reversed(levels)]
     down = [tuple(Transfer(ranks[(i - 1) // 2], ranks[i], nbytes) for i in level) for level in levels]
     return (tuple(up + down),)
 
@@ -98,11 +101,11 @@ def halving_doubling_allreduce(ranks: Sequence[int], nbytes: float, node_of: Nod
     extra = n - p
     steps: list[Step] = []
     if extra:  # fold the extra ranks into the first ones
-        steps.append(tuple(Transfer(ranks[p + i], ranks[i], nbytes) for i in range(extra)))
+        steps.append(tuple(Transfer(ranks[p + i], ranks[i], nbytes, True) for i in range(extra)))
     rounds = int(math.log2(p))
     for k in range(rounds):  # reduce-scatter: distance 1, 2, 4 ..., halving the data
         dist, size = 1 << k, nbytes / (2 << k)
-        steps.append(tuple(Transfer(ranks[i], ranks[i ^ dist], size) for i in range(p)))
+        steps.append(tuple(Transfer(ranks[i], ranks[i ^ dist], size, True) for i in range(p)))
     for k in reversed(range(rounds)):  # allgather: doubling the data back
         dist, size = 1 << k, nbytes / (2 << k)
         steps.append(tuple(Transfer(ranks[i], ranks[i ^ dist], size) for i in range(p)))
@@ -121,7 +124,7 @@ def hierarchical_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf)
     locals_ = [(members[0], members[1:]) for members in by_node.values() if len(members) > 1]
     phases: list[Phase] = []
     if locals_:
-        phases.append((tuple(Transfer(r, leader, nbytes) for leader, rest in locals_ for r in rest),))
+        phases.append((tuple(Transfer(r, leader, nbytes, True) for leader, rest in locals_ for r in rest),))
     if len(leaders) > 1:
         phases.extend(ring_allreduce(leaders, nbytes, node_of))
     if locals_:

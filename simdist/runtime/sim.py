@@ -84,6 +84,8 @@ class SimWorld(CollectiveExecution):
         self.network_exclusive = False  # set when one cohort is all the traffic and links never change
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
         self._init_collectives()
+        self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
+        self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
 
     def _core_sharing(self, platform: Platform) -> _CoreSharing | None:
         """Processor sharing of node cores: a flow network of rank caps and core pools (one per
@@ -187,10 +189,14 @@ class SimWorld(CollectiveExecution):
         batch_size = int(batch.size)
         if self._cores is not None:
             return self._shared_compute(rank, replica, batch)
+        owed = self._owed_cpu_s(rank)
+        if owed > 0:  # the CPU finishes its sends' overhead first
+            self.recorder.span(rank, "comm", "message overhead", start, start + owed)
+            start += owed
         duration = self.compute_model.duration_s(rank, batch_size, start)
         # the timer is the request's event; the waiting rank reads the gradient (``_drive``)
-        request = ComputeRequest("compute", "forward/backward", env.timeout(duration), start, duration_s=duration,
-                                 env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
+        request = ComputeRequest("compute", "forward/backward", env.timeout(owed + duration), start,
+                                 duration_s=duration, env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
                                  grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + duration
         self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
@@ -203,7 +209,8 @@ class SimWorld(CollectiveExecution):
         """
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
-        work = self.compute_model.work_core_s(rank, batch_size, start)
+        work = self.compute_model.work_core_s(rank, batch_size, start) + \
+            self._owed_cpu_s(rank) * (self.platform.devices[rank].cpus or 1.0)
         estimate = work / self._enter_pool(rank)
         request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=estimate, env=env,
                                  resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
@@ -245,7 +252,7 @@ class SimWorld(CollectiveExecution):
         With shared node cores (``node.cores``) the work competes for them as compute does:
         ``duration_s`` is its time alone on the rank's CPU share. Waiting on it gives ``value``.
         """
-        start, duration_s = self.env.now, max(0.0, float(duration_s))
+        start, duration_s = self.env.now, max(0.0, float(duration_s)) + self._owed_cpu_s(rank)
         if self._cores is not None and duration_s > 0:
             return self._shared_busy(rank, duration_s, name, value)
         self.recorder.span(rank, "compute", name, start, start + duration_s)
@@ -291,8 +298,37 @@ class SimWorld(CollectiveExecution):
             self._deliver(Message(src, dst, tag, data, nbytes, sent, self.env.now))
             request.delivered()
 
-        self.network.transfer_then(self.platform.route(src, dst), nbytes, deliver, src=src, dst=dst)
+        route = self.platform.route(src, dst)
+        if self.message_costs is None:
+            self.network.transfer_then(route, nbytes, deliver, src=src, dst=dst)
+        else:
+            self._send_with_costs(src, dst, route, nbytes, deliver)
         return request
+
+    def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None]) -> None:
+        """A message paying LogGP costs (``platform.messages``) around its links.
+
+        The sender injects it once its previous message is ``max(g, o_s)`` behind, spends
+        ``o_s`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`), a message above
+        the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
+        the message is in its mailbox.
+        """
+        costs, now = self.message_costs, self.env.now
+        inject_s = max(now, self._next_injection_s.get(src, 0.0))
+        self._next_injection_s[src] = inject_s + max(costs.gap, costs.send_overhead)
+        self._cpu_owed_s[src] = self._cpu_owed_s.get(src, 0.0) + costs.send_overhead
+        delay_s = inject_s - now + costs.send_overhead + costs.handshake_s(nbytes) + \
+            sum(link.latency_s for link in route)
+        if costs.recv_overhead > 0:
+            def arrived() -> None:
+                self.env.timeout(costs.recv_overhead).callbacks.append(lambda _event: deliver())
+        else:
+            arrived = deliver
+        self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst, latency_s=delay_s)
+
+    def _owed_cpu_s(self, rank: int) -> float:
+        """CPU time the rank's sends took since its last compute (LogGP ``o_s``), now paid."""
+        return self._cpu_owed_s.pop(rank, 0.0) if self._cpu_owed_s else 0.0
 
     @staticmethod
     def _matches(message: Message, src: int, tag: int) -> bool:

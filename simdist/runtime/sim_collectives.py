@@ -7,6 +7,14 @@ order, and the schedule (:mod:`.collectives`) runs on the flow network at the wo
 fidelity — every step as flows, or each phase as aggregate flows taking at least its
 closed-form time — or, when the phase is all the traffic there is, replayed from its first
 run alone.
+
+Where the platform has a measured table for the collective (:mod:`.collective_pricing`), the
+table's time is the collective's time on an idle network; the schedule's bytes still cross
+the links as one aggregate flow per rank pair, and whatever those flows lose to other
+traffic (their time beside it minus their time alone) is added: contention stays the flow
+model's, the uncontended cost is the measurement's. Where no table applies, each step also
+pays the platform's per-message costs (``messages``: LogGP o, g and the rendezvous
+handshake) and the reduction's arithmetic (``collectives.reduce_bandwidth``, gamma).
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ import simpy
 import torch
 
 from ..errors import SimulationError
-from ..platform.network import FlowNetwork, max_min_rates
+from ..platform.maxmin import weighted_max_min_rates
+from ..platform.network import FlowNetwork, max_min_rates, rtt_weight
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
 from .base import Group
+from .collective_pricing import CollectivePricer, Price
 from .collectives import allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
 from .requests import Request
 
@@ -47,6 +57,12 @@ class CollectiveExecution:
         self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float]]] = {}
         self._plans: dict[Any, Any] = {}
         self._alone: dict[Any, tuple] = {}  # phase -> its outcome alone on the network (_replay_alone)
+        spec = self.platform.spec
+        self.pricer = CollectivePricer(spec.collectives)
+        self.message_costs = spec.messages
+        self.reduce_Bps = spec.collectives.reduce_bandwidth if spec.collectives is not None else None
+        self._nodes_spanned: dict[tuple[int, ...], int] = {}
+        self._plan_pairs: dict[Any, dict[tuple[int, int], float]] = {}
 
     def collective(self, rank: int, kind: str, group: Group, tensor: Any, *, algorithm: str | None = None,
                    root: int | None = None, blocking: bool = True) -> Request:
@@ -119,12 +135,86 @@ class CollectiveExecution:
             yield from self._execute(key, plan)
 
     def _execute(self, key: Any, plan):
-        """Run a collective schedule with the world's fidelity (see runtime.collectives)."""
+        """Run a collective schedule: at its table's price where one applies, else with the
+        world's fidelity (see runtime.collectives)."""
+        price = self._price(key) if self.pricer else None
+        if price is not None:
+            yield from self._run_priced(key, plan, price)
+            return
         for index, phase in enumerate(plan):
             if self.network_exclusive and self.network.idle:
                 yield from self._replay_alone(key, index, phase)
             else:
                 yield from self._run_phase(self.env, self.network, (key, index), phase)
+
+    def _price(self, key: Any) -> Price | None:
+        """The table price of the collective ``key`` names, or None where no table applies."""
+        kind = key[0]
+        if kind == "allreduce":
+            _kind, algorithm, ranks, nbytes = key
+        elif kind == "broadcast":
+            _kind, ranks, nbytes, _root = key
+            algorithm = None
+        elif kind == "allgather":
+            _kind, ranks, nbytes = key
+            algorithm = None
+        else:
+            return None
+        return self.pricer.price(kind, algorithm, len(ranks), self._nodes_of(ranks), nbytes)
+
+    def _nodes_of(self, ranks: tuple[int, ...]) -> int:
+        nodes = self._nodes_spanned.get(ranks)
+        if nodes is None:
+            nodes = self._nodes_spanned[ranks] = len({self.platform.node_of(r) for r in ranks})
+        return nodes
+
+    def _run_priced(self, key: Any, plan, price: Price):
+        """A collective at its table price, stretched by what its flows lose to other traffic.
+
+        The plan's bytes cross the links as one flow per (src, dst) pair. Alone on the network
+        they take ``A`` (measured once on a scratch copy); beside other traffic ``E``. The
+        collective ends at ``start + max(E, price + E − A)``: the measured time plus the delay
+        contention adds; if the links alone are slower than the table, the links' time.
+        """
+        env, start = self.env, self.env.now
+        pair_bytes = self._pair_bytes(key, plan)
+        alone = self._alone.get((key, "priced"))
+        if alone is None:
+            alone = self._alone[(key, "priced")] = self._measure_alone(
+                lambda env, network: self._aggregate_flows(env, network, pair_bytes))
+            if alone[0] > price.seconds:
+                ranks = key[2] if key[0] == "allreduce" else key[1]
+                self.pricer.links_slower(key[0], len(ranks), self._nodes_of(ranks), price)
+        alone_s = alone[0]
+        if self.network_exclusive and self.network.idle:
+            yield from self._replay(alone, max(price.seconds, alone_s))
+            return
+        yield from self._aggregate_flows(env, self.network, pair_bytes)
+        elapsed_s = env.now - start
+        remaining = max(elapsed_s, price.seconds + elapsed_s - alone_s) - elapsed_s
+        if remaining > 0:
+            yield env.timeout(remaining)
+
+    def _aggregate_flows(self, env: simpy.Environment, network: FlowNetwork, pair_bytes: dict):
+        route = self.platform.route
+        yield simpy.AllOf(env, [network.transfer(route(src, dst), nbytes, src=src, dst=dst, latency_s=0.0)
+                                for (src, dst), nbytes in pair_bytes.items()])
+
+    def _pair_bytes(self, key: Any, plan) -> dict[tuple[int, int], float]:
+        """Bytes each (src, dst) pair moves over the whole plan (a repeated step is counted once
+        per repetition, its transfers walked once)."""
+        cached = self._plan_pairs.get(key)
+        if cached is None:
+            repeats: dict[int, list] = {}
+            for phase in plan:
+                for step in phase:
+                    repeats.setdefault(id(step), [step, 0])[1] += 1
+            cached = {}
+            for step, count in repeats.values():
+                for t in step:
+                    cached[(t.src, t.dst)] = cached.get((t.src, t.dst), 0.0) + t.nbytes * count
+            self._plan_pairs[key] = cached
+        return cached
 
     def _run_phase(self, env: simpy.Environment, network: FlowNetwork, key: Any, phase):
         """One phase of a schedule on ``network``: every step as flows (``flows``), or the
@@ -132,8 +222,12 @@ class CollectiveExecution:
         route = self.platform.route
         if self.fidelity == "flows":
             for step in phase:
-                yield simpy.AllOf(env, [network.transfer(route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst)
+                message_s, reduce_s = self._step_extras(step)
+                yield simpy.AllOf(env, [network.transfer(route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst,
+                                                         latency_s=self._route_latency(t) + message_s)
                                         for t in step])
+                if reduce_s > 0:
+                    yield env.timeout(reduce_s)
             return
         closed_form_s, latency_s, pair_bytes = self._analytic_phase(key, phase)
         start = env.now
@@ -155,8 +249,13 @@ class CollectiveExecution:
         """
         alone = self._alone.get((key, index))
         if alone is None:
-            alone = self._alone[(key, index)] = self._measure_alone((key, index), phase)
-        duration_s, link_bytes, link_busy_s, sent, received = alone
+            alone = self._alone[(key, index)] = self._measure_alone(
+                lambda env, network: self._run_phase(env, network, (key, index), phase))
+        yield from self._replay(alone, alone[0])
+
+    def _replay(self, alone: tuple, duration_s: float):
+        """Wait ``duration_s``, then add what a run measured alone moved to the counters."""
+        _alone_s, link_bytes, link_busy_s, sent, received = alone
         if duration_s > 0:
             yield self.env.timeout(duration_s)
         net = self.network
@@ -169,12 +268,14 @@ class CollectiveExecution:
         for pair, nbytes in received:
             net.received_bytes[pair] += nbytes
 
-    def _measure_alone(self, key: Any, phase):
+    def _measure_alone(self, run):
+        """(duration, link bytes, link busy time, bytes sent, bytes received) of ``run(env, network)``
+        on a scratch copy of the network with nothing else on it."""
         env = simpy.Environment()
         network = type(self.network)(env, self.platform.links)
-        # until the phase ends, not until the queue is empty: a lone flow that joined the shared
+        # until the run ends, not until the queue is empty: a lone flow that joined the shared
         # ones leaves its (then inert) timer queued, and SimPy cannot cancel a timeout
-        env.run(until=env.process(self._run_phase(env, network, key, phase)))
+        env.run(until=env.process(run(env, network)))
         network.finalize(env.now)
         return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
                 list(network.sent_bytes.items()), list(network.received_bytes.items()))
@@ -208,15 +309,63 @@ class CollectiveExecution:
     def _uncontended_step(self, step) -> tuple[float, float]:
         """(smallest route latency, duration) of one step alone on an idle platform.
 
-        The duration is that of the slowest transfer, latency + bytes / max-min rate.
+        The duration is that of the slowest transfer, latency + bytes / rate, its rates the
+        platform's sharing rule (max-min, or RTT-weighted) over the step's transfers; a
+        transfer striped across NICs (multi-rail) moves its share of the bytes on each stripe
+        and ends with its slowest one.
         """
-        routes = [self.platform.route(t.src, t.dst) for t in step]
-        latencies = [sum(link.latency_s for link in route) for route in routes]
-        rates = max_min_rates([[link.index for link in route] for route in routes],
-                              [link.bandwidth_Bps for link in self.platform.links])
-        duration = max(lat + (t.nbytes / rate if t.nbytes > 0 else 0.0)
-                       for t, lat, rate in zip(step, latencies, rates))
-        return min(latencies), duration
+        platform = self.platform
+        routes, latencies, owners = [], [], []
+        for i, t in enumerate(step):
+            stripes = platform.stripes(t.src, t.dst)
+            for route in stripes:
+                routes.append([link.index for link in route])
+                latencies.append(sum(link.latency_s for link in route))
+                owners.append((i, len(stripes)))
+        capacity = [link.bandwidth_Bps for link in platform.links]
+        if platform.sharing == "rtt-weighted":
+            rates = weighted_max_min_rates(routes, capacity, [rtt_weight(latency) for latency in latencies])
+        else:
+            rates = max_min_rates(routes, capacity)
+        duration = 0.0
+        for (i, parts), latency, rate in zip(owners, latencies, rates):
+            nbytes = step[i].nbytes / parts
+            duration = max(duration, latency + (nbytes / rate if nbytes > 0 else 0.0))
+        message_s, reduce_s = self._step_extras(step)
+        return min(latencies), duration + message_s + reduce_s
+
+    def _route_latency(self, t) -> float:
+        return sum(link.latency_s for link in self.platform.route(t.src, t.dst))
+
+    def _step_extras(self, step) -> tuple[float, float]:
+        """(per-message costs, reduction time) one step of a schedule adds to its transfers.
+
+        Per-message (LogGP, ``platform.messages``): the busiest sender injects its messages one
+        after another (``o_s`` each, at least ``g`` apart) and the busiest receiver takes
+        ``o_r`` per message; a message above the eager limit first pays the rendezvous
+        handshake. Reduction (``collectives.reduce_bandwidth``, gamma): the busiest receiver of
+        a reducing step sums what it received.
+        """
+        costs, reduce_Bps = self.message_costs, self.reduce_Bps
+        if costs is None and reduce_Bps is None:
+            return 0.0, 0.0
+        sent: dict[int, int] = {}
+        received: dict[int, int] = {}
+        reduced: dict[int, float] = {}
+        largest = 0.0
+        for t in step:
+            sent[t.src] = sent.get(t.src, 0) + 1
+            received[t.dst] = received.get(t.dst, 0) + 1
+            largest = max(largest, t.nbytes)
+            if t.reduces:
+                reduced[t.dst] = reduced.get(t.dst, 0.0) + t.nbytes
+        message_s = 0.0
+        if costs is not None:
+            spacing = max(costs.gap, costs.send_overhead)
+            message_s = (costs.send_overhead + (max(sent.values()) - 1) * spacing
+                         + max(received.values()) * costs.recv_overhead + costs.handshake_s(largest))
+        reduce_s = max(reduced.values(), default=0.0) / reduce_Bps if reduce_Bps else 0.0
+        return message_s, reduce_s
 
 
 def _nonzero(values: list[float]) -> list[tuple[int, float]]:

@@ -1,0 +1,181 @@
+"""Platform fields for measured communication costs: collective tables and per-message costs.
+
+Two optional sections of a platform file, both filled by ``simdist calibrate`` from what
+users measure (nccl-tests, OSU, ``calibrate network``, a CSV of their own):
+
+``collectives``
+    ``tables``: time against message size for one collective on one communicator size,
+    as measured (each row ``[size, time]``; sizes strictly increasing). The simulator prices
+    an uncontended collective from the table by log–log interpolation and outside it by the
+    alpha–beta–gamma model fitted to it (:mod:`.collective_cost`). ``reduce_bandwidth``:
+    gamma, the rate at which the device that reduces sums incoming data (bytes/s at the
+    collective's dtype), used by the link model where no table applies.
+
+``messages``
+    LogGP per-message costs (Culler et al., "LogP: towards a realistic model of parallel
+    computation", PPoPP 1993; Alexandrov et al., "LogGP", SPAA 1995): the sender's and the
+    receiver's CPU time per message (``o``), the least interval between two messages one rank
+    injects (``g``), and the eager/rendezvous switch of MPI libraries (a rendezvous message
+    first pays a request-to-send/clear-to-send handshake).
+
+Sizes follow what the simulator's collective call carries: an allreduce's or a broadcast's
+buffer per rank, an allgather's contribution per rank (nccl-tests' ``all_gather`` size is the
+whole output: divide by the ranks).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
+
+from ..config import USER_CONFIG
+from ..units import parse_size, parse_time
+from .quantities import MAX_DEVICES, BytesPerSecond, LatencySeconds
+
+__all__ = ["TABLE_OPS", "canonical_op", "table_row_problem", "CostTableSpec", "CollectiveCostSpec",
+           "MessageCostSpec"]
+
+TABLE_OPS = ("allreduce", "broadcast", "allgather")
+_OP_ALIASES = {"all_reduce": "allreduce", "allreduce": "allreduce", "broadcast": "broadcast", "bcast": "broadcast",
+               "all_gather": "allgather", "allgather": "allgather"}
+MAX_TABLE_ROWS = 4096
+MAX_TABLE_TIME_S = 3600.0  # an hour for one collective: a misplaced unit
+
+
+def canonical_op(name: str) -> str:
+    """The simulator's name of collective ``name`` (``all_reduce`` → ``allreduce``); ValueError if unknown."""
+    op = _OP_ALIASES.get(str(name).lower())
+    if op is None:
+        raise ValueError(f"unknown collective {name!r}; tables can price: {', '.join(TABLE_OPS)} "
+                         "(also spelled all_reduce, bcast, all_gather)")
+    return op
+
+
+def table_row_problem(sizes_bytes: list[float], times_s: list[float]) -> tuple[int, str, str] | None:
+    """The first bad row of a cost table as (row index, field, what is wrong), or None.
+
+    Sizes must be at least one byte and strictly increase (a duplicate or a step back is
+    refused: interpolation needs one time per size); times must be finite and positive.
+    Shared by the platform loader and the calibration parsers so both refuse the same rows.
+    """
+    for i, (size, time) in enumerate(zip(sizes_bytes, times_s)):
+        if not math.isfinite(size) or size < 1:
+            return i, "size", f"size must be a finite number of bytes >= 1, got {size!r}"
+        if not math.isfinite(time) or time <= 0:
+            return i, "time", f"time must be finite and greater than zero, got {time!r}"
+        if time > MAX_TABLE_TIME_S:
+            return i, "time", f"time {time:g} s is over an hour for one collective; is the unit right?"
+        if i and size <= sizes_bytes[i - 1]:
+            word = "repeats" if size == sizes_bytes[i - 1] else "is smaller than"
+            return i, "size", (f"size {size:g} B {word} the row before ({sizes_bytes[i - 1]:g} B); "
+                               "sizes must strictly increase")
+    return None
+
+
+def _row(value):
+    """``[size, time]`` with units at the edge (``["1MiB", "35us"]`` or numbers in B and s)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"a row is [size, time], e.g. ['1MiB', '35us'] or [1048576, 3.5e-05], got {value!r}")
+    return float(parse_size(value[0])), float(parse_time(value[1]))
+
+
+def _op(value):
+    return canonical_op(value) if isinstance(value, str) else value
+
+
+class _Frozen(BaseModel):
+    model_config = USER_CONFIG
+
+
+class CostTableSpec(_Frozen):
+    """One measured collective: time against size on ``ranks`` ranks."""
+
+    op: Annotated[Literal["allreduce", "broadcast", "allgather"], BeforeValidator(_op)] = Field(
+        description="the collective measured: allreduce, broadcast or allgather (all_reduce, bcast, all_gather also)")
+    ranks: int = Field(ge=2, le=MAX_DEVICES, description="communicator size the table was measured on")
+    nodes: int | None = Field(None, ge=1, le=MAX_DEVICES, description=(
+        "nodes the ranks spanned; a table of one node prices only groups inside one node, a table of several "
+        "nodes only groups that span nodes (default: any group)"))
+    algorithm: str | None = Field(None, description=(
+        "the collective algorithm measured (ring, tree, halving_doubling, hierarchical); default: whatever the "
+        "library chose, which prices a call of any algorithm"))
+    dtype: str = Field("float32", description="element type of the measurement (informational)")
+    source: str = Field(min_length=1, description="where the numbers come from: a file, a command, a URL")
+    rows: list[Annotated[tuple[float, float], BeforeValidator(_row)]] = Field(
+        min_length=2, max_length=MAX_TABLE_ROWS, description=(
+            "[size, time] per measured size: bytes per rank (allgather: each rank's part) and seconds, sizes "
+            "strictly increasing, e.g. ['1MiB', '35us']"))
+
+    @model_validator(mode="after")
+    def _rows_usable(self):
+        problem = table_row_problem([r[0] for r in self.rows], [r[1] for r in self.rows])
+        if problem is not None:
+            index, _field, message = problem
+            raise ValueError(f"rows[{index}]: {message}")
+        if self.nodes is not None and self.nodes > self.ranks:
+            raise ValueError(f"nodes ({self.nodes}) cannot exceed ranks ({self.ranks})")
+        if self.algorithm is not None:
+            from ..runtime.collectives import COLLECTIVES
+            COLLECTIVES.check(self.algorithm)
+        return self
+
+    @property
+    def sizes_bytes(self) -> list[float]:
+        return [r[0] for r in self.rows]
+
+    @property
+    def times_s(self) -> list[float]:
+        return [r[1] for r in self.rows]
+
+
+class CollectiveCostSpec(_Frozen):
+    """Measured collective costs of a platform."""
+
+    tables: list[CostTableSpec] = Field(default_factory=list, max_length=1024,
+                                        description="measured collectives (see CostTableSpec)")
+    reduce_bandwidth: BytesPerSecond | None = Field(None, description=(
+        "gamma: bytes/s at which a rank sums received data into its buffer at the collective's dtype "
+        "(measured by calibrate network); default: the reduction is not charged where no table applies"))
+    reduce_source: str = Field("", description="where reduce_bandwidth comes from")
+
+    @model_validator(mode="after")
+    def _sourced(self):
+        if self.reduce_bandwidth is not None and not self.reduce_source:
+            raise ValueError("reduce_bandwidth needs reduce_source: say where the figure comes from")
+        seen: dict[tuple, int] = {}
+        for i, table in enumerate(self.tables):
+            key = (table.op, table.ranks, table.nodes, table.algorithm)
+            if key in seen:
+                raise ValueError(f"tables[{i}] measures the same collective as tables[{seen[key]}] "
+                                 f"({table.op}, ranks {table.ranks}, nodes {table.nodes}, algorithm "
+                                 f"{table.algorithm}); keep one")
+            seen[key] = i
+        return self
+
+
+class MessageCostSpec(_Frozen):
+    """LogGP costs of one point-to-point message, on top of the links' latency and bandwidth."""
+
+    send_overhead: LatencySeconds = Field(0.0, description="o_s: sender CPU time per message, e.g. '0.4us'")
+    recv_overhead: LatencySeconds = Field(0.0, description="o_r: receiver CPU time per message, e.g. '0.4us'")
+    gap: LatencySeconds = Field(0.0, description="g: least interval between two messages one rank injects")
+    eager_limit: Annotated[float, BeforeValidator(parse_size)] | None = Field(None, description=(
+        "largest message sent eagerly; larger ones pay rendezvous_latency first (default: all eager)"))
+    rendezvous_latency: LatencySeconds = Field(0.0, description=(
+        "extra time of the rendezvous handshake (request-to-send, clear-to-send) above eager_limit"))
+    source: str = Field("", description="where these figures come from")
+
+    @model_validator(mode="after")
+    def _sourced(self):
+        charged = (self.send_overhead, self.recv_overhead, self.gap, self.rendezvous_latency)
+        if any(charged) and not self.source:
+            raise ValueError("messages needs source: say where the per-message figures come from")
+        if self.rendezvous_latency and self.eager_limit is None:
+            raise ValueError("rendezvous_latency needs eager_limit (the size above which it is paid)")
+        return self
+
+    def handshake_s(self, nbytes: float) -> float:
+        """The rendezvous handshake a message of ``nbytes`` pays (0 when sent eagerly)."""
+        return self.rendezvous_latency if self.eager_limit is not None and nbytes > self.eager_limit else 0.0
