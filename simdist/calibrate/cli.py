@@ -1,6 +1,7 @@
 """``simdist calibrate compute|network|trace|cpu-share``: measurements → calibration files.
 
-    simdist calibrate compute   [--device cpu|cuda|auto] [--threads N] [--models mlp,cnn] [--out PROFILE.yaml]
+    simdist calibrate compute   [--device cpu|cuda|auto] [--threads N] [--models mlp,cnn | --scenario S.yaml]
+                                [--out PROFILE.yaml]
     simdist calibrate network   [--ranks 2] [--out calibration/platforms/host-shm.yaml] [--max-size 4MiB]
     simdist calibrate trace     FILE... [--format auto] [--out OVERLAY.yaml] [--summary SUMMARY.yaml]
     simdist calibrate cpu-share [--ranks 1,2,4] [--cores 1,2] [--out calibration/cpu_share/host-cpu.yaml]
@@ -74,18 +75,45 @@ def _print_size_table(rows: list[dict], predictions: Sequence[str]) -> None:
         for p in predictions:
             line += f" {format_time(r[f'{p}_s']):>12} {_pct(r[f'{p}_error']):>7}"
         print(line)
+    for p in predictions:
+        print(_misfit_line(rows, p))
+
+
+def _misfit_line(rows: list[dict], prediction: str, tolerance: float = 0.05) -> str:
+    """Which size ranges ``prediction`` misses by more than ``tolerance``, or that it fits them all."""
+    ranges, start, worst = [], None, 0.0
+    for i, r in enumerate(rows):
+        error = r[f"{prediction}_error"]
+        off = error is not None and not math.isnan(error) and abs(error) > tolerance
+        if off:
+            start = i if start is None else start
+            worst = max(worst, abs(error))
+        if start is not None and (not off or i == len(rows) - 1):
+            end = i if off else i - 1
+            first, last = format_bytes(rows[start]["size_bytes"]), format_bytes(rows[end]["size_bytes"])
+            ranges.append(first if start == end else f"{first}-{last}")
+            start = None
+    if not ranges:
+        return f"  {prediction}: within {tolerance:.0%} at every size"
+    return f"  {prediction}: cannot fit {', '.join(ranges)} within {tolerance:.0%} (worst {worst:.1%})"
 
 
 # -- compute ------------------------------------------------------------------------------
 
 def _cmd_compute(args: argparse.Namespace) -> int:
-    from .compute_profile import run
+    from .compute_options import DEFAULT_BATCH_SIZES, ZOO
+    from .compute_profile import report_lines, run
     from .provenance import check_output
 
+    if not args.scenario:  # the zoo's defaults, spelled out in the command the provenance records
+        args.models = args.models or ",".join(ZOO)
+        args.batch_sizes = args.batch_sizes or ",".join(map(str, DEFAULT_BATCH_SIZES))
     if args.out:
         check_output(args.out)  # before measuring; the default path depends on the device found
     try:
         path, document = run(args, _command(args, "compute"))
+    except InputError:
+        raise
     except ValueError as exc:
         raise InputError(str(exc), source="simdist calibrate compute") from None
     print(f"wrote {path} ({document['description']}, timer {document['timer']})")
@@ -93,6 +121,7 @@ def _cmd_compute(args: argparse.Namespace) -> int:
     for name, m in document["models"].items():
         print(f"{name:<6} {format_time(m['t0_s']):>10} {format_time(m['t1_s']):>10} {m['r2']:>7.4f} "
               f"{_pct(m['max_relative_error']):>8}")
+    print("\n".join(report_lines(path, document)))
     return 0
 
 
@@ -100,7 +129,7 @@ def _cmd_compute(args: argparse.Namespace) -> int:
 
 def _cmd_network(args: argparse.Namespace) -> int:
     from .mpi_worker import DEFAULT_SIZES
-    from .network import find_mpiexec, fit_sweep, network_overlay, run_sweep
+    from .network import find_mpiexec, fit_sweep, measure_reduce_bandwidth, network_overlay, run_sweep
     from .overlay import check_link_kind, write_overlay
     from .provenance import check_output
 
@@ -119,7 +148,7 @@ def _cmd_network(args: argparse.Namespace) -> int:
     document = run_sweep(args.ranks, sizes, args.budget_s, args.batches, not args.no_allreduce, args.timeout_s,
                          mpiexec, shlex.split(args.mpiexec_args or ""))
     links = fit_sweep(document, large_message_bytes=large, intra_kind=args.intra_kind, nic_kind=args.nic_kind)
-    overlay = network_overlay(document, links, _command(args, "network"))
+    overlay = network_overlay(document, links, _command(args, "network"), measure_reduce_bandwidth())
     write_overlay(args.out, overlay)
     print(f"MPI sweep: {document['ranks']} ranks on {len(set(document['hosts']))} host(s), {document['mpi_library']}, "
           f"{document['elapsed_s']:.1f} s")
@@ -127,6 +156,12 @@ def _cmd_network(args: argparse.Namespace) -> int:
         print(f"\nnode.{link.field} ({link.kind}): latency {format_time(link.latency_s)}, bandwidth "
               f"{link.bandwidth_Bps / 1e9:.3g} GB/s  [{link.basis}]")
         _print_size_table(link.table, ("piecewise", "link"))
+    for table in overlay.get("collectives", {}).get("tables", []):
+        print(f"\n{_table_note(table)}")
+    if "messages" in overlay:
+        m = overlay["messages"]
+        print(f"messages: eager up to {format_bytes(m['eager_limit'])}, rendezvous handshake "
+              f"{format_time(m['rendezvous_latency'])}")
     print(f"\nwrote {args.out}")
     return 0
 
@@ -136,7 +171,8 @@ def _cmd_network(args: argparse.Namespace) -> int:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .overlay import build_overlay, check_link_kind, write_overlay
     from .provenance import check_output, make_provenance, rounded, write_yaml
-    from .trace_fit import TraceOptions, fit_trace
+    from .cost_tables import collectives_section, tables_from_parsed
+    from .trace_fit import TRACE_FITTERS, TraceOptions, TraceReport, fit_trace
     from .traces import parse_trace
 
     for path in (args.out, args.summary):
@@ -149,13 +185,22 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                            large_message_bytes=_size(args.large_from, "--large-from"),
                            max_segments=args.max_segments, tolerance=args.tolerance, intra_kind=args.intra_kind,
                            nic_kind=args.nic_kind, link_class=args.link_class, osu_ranks=args.osu_ranks)
-    reports = []
+    reports, tables = [], []
     for path in args.files:
         parsed = parse_trace(path, args.format)
+        if args.ranks is not None:
+            _check_ranks(parsed, args.ranks)
+        found, notes = tables_from_parsed(parsed, osu_ranks=args.ranks or args.osu_ranks)
         try:
-            reports.append(fit_trace(parsed, options))
+            report = fit_trace(parsed, options) if parsed.format in TRACE_FITTERS else None
         except ValueError as exc:
             raise InputError(f"cannot fit: {exc}", source=path) from None
+        if report is None:
+            report = TraceReport(parsed, parsed.table, {}, {})
+        report.notes.extend(notes)
+        report.notes.extend(_table_note(t) for t in found)
+        reports.append(report)
+        tables.extend(found)
     for report in reports:
         _print_report(report)
     command = _command(args, "trace", positional=("files",))
@@ -164,7 +209,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         node_fields: dict[str, Any] = {}
         for r in reports:
             node_fields.update(r.node_fields)
-        overlay = build_overlay(links, command=command, inputs=args.files, node_fields=node_fields)
+        overlay = build_overlay(links, command=command, inputs=args.files, node_fields=node_fields,
+                                collectives=collectives_section(tables) if tables else None)
         write_overlay(args.out, overlay)
         print(f"\nwrote {args.out}")
     if args.summary:
@@ -177,6 +223,24 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                    f"Trace summary written by simdist calibrate trace.\nGenerated by: {command}\nDo not hand-edit.")
         print(f"wrote {args.summary}")
     return 0
+
+
+def _check_ranks(parsed, ranks: int) -> None:
+    """Refuse a collective file whose own rank count is not ``--ranks``."""
+    from .collective_csv import check_ranks
+
+    if parsed.format == "collective-csv":
+        check_ranks(parsed, ranks)
+    elif parsed.format == "nccl-tests" and parsed.meta.get("n_ranks") not in (None, ranks):
+        raise InputError(f"the file shows {parsed.meta['n_ranks']} ranks but --ranks says {ranks}", source=parsed.path)
+
+
+def _table_note(table: dict) -> str:
+    rows = table["rows"]
+    where = f", {table['nodes']} node(s)" if table.get("nodes") else ""
+    return (f"cost table: {table['op']} on {table['ranks']} ranks{where}, {len(rows)} sizes "
+            f"{format_bytes(rows[0][0])} - {format_bytes(rows[-1][0])} -> collectives.tables (the simulator prices "
+            "this collective from it)")
 
 
 def _print_report(report) -> None:
@@ -238,7 +302,11 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                                                   "from measurements; every file written records its provenance.")
     sub = calibrate.add_subparsers(dest="calibrate_command", required=True, parser_class=type(calibrate))
 
-    compute = sub.add_parser("compute", help="time forward/backward/optimizer steps; fit t0 + t1*batch")
+    compute = sub.add_parser("compute", help="time forward/backward/optimizer steps; fit t0 + t1*batch",
+                             description="Time the forward/backward/optimizer step of the zoo's models (--models) "
+                                         "or of one scenario's model (--scenario) at several batch sizes, fit "
+                                         "t = t0 + t1*batch and write a compute profile; prints the fit's error at "
+                                         "every batch size.")
     add_compute_arguments(compute)
     compute.set_defaults(func=_cmd_compute)
 
@@ -264,8 +332,8 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="parse nccl-tests/OSU/PyTorch-profiler/simdist files; fit; write an overlay")
     trace.add_argument("files", nargs="+", help="measurement files (format detected per file)")
     trace.add_argument("--format", default="auto", help="force one format: auto (default), nccl-tests, osu, "
-                                                         "torch-profiler, simdist-trace, simdist-steps")
-    trace.add_argument("--out", help="platform overlay to write from the link fits")
+                                                         "collective-csv, torch-profiler, simdist-trace, simdist-steps")
+    trace.add_argument("--out", help="platform overlay to write from the link fits and collective cost tables")
     trace.add_argument("--summary", help="YAML file with every parsed table and fit")
     trace.add_argument("--link-size", default="64MiB",
                        help="collective regime holding this size sets the link (default %(default)s)")
@@ -279,6 +347,9 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                        help="where an OSU point-to-point fit goes (default nic: between nodes)")
     trace.add_argument("--osu-ranks", type=int_between(2), default=2,
                        help="processes of OSU collective runs (default 2)")
+    trace.add_argument("--ranks", type=int_between(2), default=None,
+                       help="the communicator size the collective files were measured on: a file that names "
+                            "another (nccl-tests rank lines, CSV ranks column) is refused")
     trace.set_defaults(func=_cmd_trace)
 
     share = sub.add_parser("cpu-share", help="k co-running ranks on c cores vs processor sharing; fit the contention factor")

@@ -9,9 +9,11 @@ wheel: ``pip install simdist[mpi]``), reads its JSON and fits, per link class:
 each from the ping-pong one-way times: a piecewise alpha–beta fit by message-size range
 (MPI switches from eager to rendezvous protocol as messages grow) goes to ``provenance``,
 and the alpha–beta fit of the large messages (≥ 64 KiB) becomes the link's latency and
-bandwidth (:func:`~simdist.calibrate.overlay.fit_p2p_link`). The allreduce sweep is fitted
-as the simulator's ring model and compared with what the fitted link predicts; both are
-recorded, not used for the link.
+bandwidth (:func:`~simdist.calibrate.overlay.fit_p2p_link`), with the eager/rendezvous split
+the small messages show as ``messages``. The allreduce sweep becomes a cost table
+(``collectives.tables``): the simulator prices allreduces from it
+(:mod:`simdist.runtime.collective_pricing`). Its ring-model fit is recorded beside it. The
+host's reduction rate (gamma, ``collectives.reduce_bandwidth``) is measured too.
 
 With the defaults (0 B – 4 MiB, 0.25 s per size and sweep) two ranks finish in about 15–20 s.
 """
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,10 +35,11 @@ import numpy as np
 
 from ..errors import InputError
 from .collective_fit import CollectiveFit
+from .cost_tables import collectives_section, table_from_sweep
 from .mpi_worker import DEFAULT_SIZES
 from .overlay import LinkFit, build_overlay, columns, fit_p2p_link, per_size_table
 
-__all__ = ["find_mpiexec", "run_sweep", "fit_sweep", "network_overlay"]
+__all__ = ["find_mpiexec", "run_sweep", "fit_sweep", "network_overlay", "measure_reduce_bandwidth"]
 
 _CLASS_FIELD = {"intra": "intra_link", "inter": "nic_link"}
 
@@ -117,9 +121,34 @@ def _allreduce_check(document: dict[str, Any], links: list[LinkFit]) -> dict[str
                     "reduction's arithmetic; ring_with_link is what the simulator's ring charges with the fitted link"}
 
 
-def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str) -> dict[str, Any]:
-    """The overlay document of a sweep and its fitted links."""
+def measure_reduce_bandwidth(nbytes: int = 4 << 20, budget_s: float = 0.2) -> dict[str, Any]:
+    """Gamma of this host: bytes/s at which one core sums a float32 buffer into another.
+
+    An MPI allreduce sums what it receives into the rank's buffer on the host CPU (a
+    streaming ``a += b`` loop); numpy's ``add(out=a)`` is the same loop. Median of repeated
+    runs over ``budget_s`` on 4 MiB buffers (a gradient bucket's order of size).
+    """
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    b = np.ones_like(a)
+    np.add(a, b, out=a)  # warm the pages
+    times, end = [], time.perf_counter() + budget_s
+    while time.perf_counter() < end or len(times) < 5:
+        start = time.perf_counter()
+        np.add(a, b, out=a)
+        times.append(time.perf_counter() - start)
+    rate = nbytes / float(np.median(times))
+    return {"reduce_bandwidth": rate,
+            "reduce_source": f"simdist calibrate network: numpy float32 add(out=) of {nbytes >> 20} MiB buffers on "
+                             f"this host, median of {len(times)} runs ({rate / 1e9:.3g} GB/s of reduced data)"}
+
+
+def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str,
+                    reduce: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The overlay document of a sweep: its fitted links, its allreduce as a cost table the
+    simulator prices from, and the reduction rate (``reduce``) where measured."""
     sweep = {k: document.get(k) for k in ("ranks", "hosts", "mpi_library", "mpi4py", "budget_s", "batches", "elapsed_s")}
     extra = {"measurement": {**sweep, "launched": document.get("command")},
              "allreduce_check": _allreduce_check(document, links)}
-    return build_overlay(links, command=command, inputs=(), extra_provenance=extra)
+    table = table_from_sweep(document, command)
+    collectives = collectives_section([table] if table else [], reduce) if (table or reduce) else None
+    return build_overlay(links, command=command, inputs=(), extra_provenance=extra, collectives=collectives)

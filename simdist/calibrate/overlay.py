@@ -28,7 +28,7 @@ from ..platform.links import LINK_KINDS
 from .fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
 from .provenance import make_provenance, write_yaml
 
-__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "per_size_table", "columns", "build_overlay", "write_overlay",
+__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "per_size_table", "columns", "build_overlay", "write_overlay",
            "check_link_kind"]
 
 LINK_FIELDS = ("intra_link", "nic_link")
@@ -47,6 +47,7 @@ class LinkFit:
     scores: dict[str, Any] = field(default_factory=dict)  # fit scores of the values chosen
     details: dict[str, Any] = field(default_factory=dict)  # the fits behind them (for provenance)
     table: list[dict[str, Any]] = field(default_factory=list)  # per-size rows (for printing)
+    messages: dict[str, Any] | None = None  # eager/rendezvous split the sweep shows (messages_from_pingpong)
 
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "latency": self.latency_s, "bandwidth": self.bandwidth_Bps}
@@ -103,21 +104,51 @@ def fit_p2p_link(sizes_bytes: Sequence[float], times_s: Sequence[float], *, fiel
               "piecewise_r2": piecewise.r2_, "piecewise_max_relative_error": piecewise.max_relative_error_}
     link = LinkFit(field_name, kind, link_fit.latency_s_, link_fit.bandwidth_Bps_, basis, source, scores, details,
                    table)
+    link.messages = messages_from_pingpong(piecewise, link)
     return link, piecewise, table
 
 
+def messages_from_pingpong(piecewise: PiecewiseAlphaBetaFit, link: LinkFit) -> dict[str, Any] | None:
+    """The eager/rendezvous split a one-way message sweep shows, as ``messages`` fields.
+
+    MPI libraries send small messages eagerly and large ones after a request-to-send /
+    clear-to-send handshake: the piecewise fit of one-way times has a regime whose intercept
+    jumps up. The link keeps the large-message values (what gradients pay); the small
+    messages get the lower intercept back: the link's latency becomes the eager intercept,
+    and the difference is the rendezvous handshake paid above the eager limit (the largest
+    size of the last regime before the jump). None when the sweep shows no such jump.
+    Sender/receiver CPU overheads are not separable from latency in a ping-pong and stay in it.
+    """
+    large_from = link.details.get("large_messages", {}).get("from_bytes", 0)
+    below = [r for r in piecewise.regimes_ if r.to_bytes < large_from]
+    if not below:
+        return None
+    eager = below[-1]
+    handshake_s = link.latency_s - eager.fit.latency_s_
+    if handshake_s <= 0:
+        return None
+    link.latency_s = eager.fit.latency_s_
+    link.basis += (f"; latency is the eager-regime intercept (sizes <= {int(eager.to_bytes)} B), the larger "
+                   f"intercept above it is messages.rendezvous_latency")
+    return {"eager_limit": int(eager.to_bytes), "rendezvous_latency": handshake_s,
+            "source": f"{link.source}: one-way message times, large-message intercept (sizes >= {int(large_from)} B) "
+                      f"minus the intercept of the regime {int(eager.from_bytes)} - {int(eager.to_bytes)} B"}
+
+
 def build_overlay(links: Sequence[LinkFit], *, command: str, inputs: Sequence[str | os.PathLike] = (),
-                  node_fields: dict[str, Any] | None = None, extra_provenance: dict[str, Any] | None = None) -> dict:
-    """The overlay document: ``node`` fields, the links, and ``provenance``."""
+                  node_fields: dict[str, Any] | None = None, extra_provenance: dict[str, Any] | None = None,
+                  collectives: dict[str, Any] | None = None, messages: dict[str, Any] | None = None) -> dict:
+    """The overlay document: ``node`` fields, the links, measured ``collectives`` tables and
+    per-message costs (``messages``) where given, and ``provenance``."""
     by_field: dict[str, LinkFit] = {}
     for link in links:
         if link.field in by_field:
             raise InputError(f"two inputs give node.{link.field} ({by_field[link.field].source} and {link.source}); "
                              "fit them in separate runs", source="simdist calibrate")
         by_field[link.field] = link
-    if not by_field:
-        raise InputError("none of the inputs gives link values (nccl-tests allreduce, osu_latency or an MPI sweep "
-                         "do); leave out --out", source="--out")
+    if not by_field and not (collectives or {}).get("tables"):
+        raise InputError("none of the inputs gives link values or a collective table (nccl-tests, OSU latency or "
+                         "collectives, a collective CSV or an MPI sweep do); leave out --out", source="--out")
     node = dict(node_fields or {})
     for name in LINK_FIELDS:
         if name in by_field:
@@ -128,7 +159,14 @@ def build_overlay(links: Sequence[LinkFit], *, command: str, inputs: Sequence[st
                                               for name, link in by_field.items()},
                                  fits={name: link.details for name, link in by_field.items()},
                                  **(extra_provenance or {}))
-    return {"node": node, "provenance": provenance}
+    document: dict[str, Any] = {"node": node} if node else {}
+    if collectives and collectives.get("tables"):
+        document["collectives"] = collectives
+    messages = messages or next((link.messages for link in sorted(by_field.values(), key=lambda l: l.field != "nic_link")
+                                 if link.messages), None)
+    if messages:
+        document["messages"] = messages
+    return {**document, "provenance": provenance}
 
 
 def write_overlay(path: str | os.PathLike, document: dict) -> None:

@@ -29,7 +29,7 @@ from .fitting import LinearTimeFit, PiecewiseAlphaBetaFit
 from .overlay import LinkFit, columns, fit_p2p_link, per_size_table
 from .parsed import ParsedTrace
 
-__all__ = ["TraceOptions", "TraceReport", "fit_trace"]
+__all__ = ["TraceOptions", "TraceReport", "fit_trace", "TRACE_FITTERS"]
 
 
 @dataclass(frozen=True)
@@ -191,10 +191,10 @@ def _plain(parsed: ParsedTrace, options: TraceOptions) -> TraceReport:
     return TraceReport(parsed, parsed.table, medians, {})
 
 
-_FITTERS = {"nccl-tests": _nccl, "osu": _osu, "simdist-trace": _simdist_trace, "torch-profiler": _plain,
+TRACE_FITTERS = {"nccl-tests": _nccl, "osu": _osu, "simdist-trace": _simdist_trace, "torch-profiler": _plain,
             "simdist-steps": _plain}
 
 
 def fit_trace(parsed: ParsedTrace, options: TraceOptions = TraceOptions()) -> TraceReport:
     """Fit what ``parsed`` measures (see the module docstring)."""
-    return _FITTERS[parsed.format](parsed, options)
+    return TRACE_FITTERS[parsed.format](parsed, options)

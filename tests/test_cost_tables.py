@@ -1,0 +1,135 @@
+"""Measured collectives → platform cost tables, and the eager/rendezvous split of message sweeps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from simdist.calibrate.cost_tables import collectives_section, table_from_sweep, tables_from_parsed
+from simdist.calibrate.network import measure_reduce_bandwidth
+from simdist.calibrate.overlay import fit_p2p_link
+from simdist.calibrate.parsed import ParsedTrace
+from simdist.calibrate.traces import parse_trace
+from simdist.errors import InputError
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES = REPO / "calibration" / "traces"
+NCCL = TRACES / "nccl-tests_all_reduce_2x8xA100-40GB_roce.txt"
+OSU_ALLREDUCE = TRACES / "osu_allreduce_2nodes_tcp_ethernet.txt"
+
+
+def test_an_nccl_tests_allreduce_becomes_a_table_of_its_ranks_and_nodes():
+    parsed = parse_trace(str(NCCL))
+    (table,), notes = tables_from_parsed(parsed)
+    assert (table["op"], table["ranks"], table["nodes"]) == ("allreduce", 16, 2) and not notes
+    assert len(table["rows"]) == len(parsed.table)
+    assert table["rows"][0] == [8, pytest.approx(parsed.table["time_s"].iloc[0])]
+    assert "sha256 30d5f25d7f4fe7cc" in table["source"]
+
+
+def test_an_osu_collective_takes_the_rank_count_it_is_told():
+    (table,), notes = tables_from_parsed(parse_trace(str(OSU_ALLREDUCE)), osu_ranks=8)
+    assert table["ranks"] == 8 and "nodes" not in table and "--osu-ranks" in notes[0]
+
+
+def test_an_allgather_size_is_the_whole_output_and_becomes_each_ranks_part():
+    frame = pd.DataFrame({"size_bytes": [4096, 8192], "time_s": [1e-5, 2e-5]})
+    parsed = ParsedTrace("ag.txt", "nccl-tests", "all_gather", "", frame, {"op": "all_gather", "n_ranks": 4})
+    (table,), _ = tables_from_parsed(parsed)
+    assert table["op"] == "allgather" and [r[0] for r in table["rows"]] == [1024, 2048]
+
+
+def test_collectives_the_simulator_does_not_issue_are_left_out_with_a_note():
+    frame = pd.DataFrame({"size_bytes": [4096, 8192], "time_s": [1e-5, 2e-5]})
+    parsed = ParsedTrace("a2a.txt", "nccl-tests", "alltoall", "", frame, {"op": "alltoall", "n_ranks": 4})
+    tables, notes = tables_from_parsed(parsed)
+    assert tables == [] and "alltoall" in notes[0]
+
+
+def test_a_sweep_with_a_repeated_size_is_refused_naming_its_source():
+    document = {"ranks": 2, "hosts": ["h"], "allreduce": [{"size_bytes": 8, "median_s": 1e-5},
+                                                         {"size_bytes": 8, "median_s": 2e-5}]}
+    with pytest.raises(InputError, match="repeats the row before") as caught:
+        table_from_sweep(document, "simdist calibrate network")
+    assert "simdist calibrate network" in str(caught.value)
+
+
+def test_a_sweep_allreduce_becomes_a_table_and_two_tables_of_one_collective_are_refused():
+    document = {"ranks": 2, "hosts": ["h", "h"], "mpi_library": "MPICH",
+                "allreduce": [{"size_bytes": s, "median_s": 1e-5 + s / 1e9, "batches": 7} for s in (0, 4, 64, 1024)]}
+    table = table_from_sweep(document, "cmd")
+    assert table["nodes"] == 1 and [r[0] for r in table["rows"]] == [4, 64, 1024]  # size 0 left out
+    with pytest.raises(InputError, match="two inputs measure allreduce on 2 ranks"):
+        collectives_section([table, dict(table, source="other")])
+
+
+def test_a_pingpong_with_a_rendezvous_jump_gives_the_eager_latency_and_the_handshake():
+    sizes = np.array([2.0**k for k in range(0, 23)])
+    eager = sizes <= 8192
+    times = np.where(eager, 2e-6 + sizes / 5e9, 10e-6 + sizes / 5e9)
+    link, _piecewise, _rows = fit_p2p_link(sizes, times, field_name="intra_link", kind="shm", source="sweep",
+                                           large_message_bytes=65536)
+    assert link.latency_s == pytest.approx(2e-6, rel=1e-3)
+    assert link.messages["eager_limit"] == 8192
+    assert link.messages["rendezvous_latency"] == pytest.approx(8e-6, rel=1e-3)
+
+
+def test_a_pingpong_without_a_jump_has_no_message_costs():
+    sizes = np.array([2.0**k for k in range(0, 23)])
+    link, _p, _r = fit_p2p_link(sizes, 3e-6 + sizes / 5e9, field_name="intra_link", kind="shm", source="sweep")
+    assert link.messages is None and link.latency_s == pytest.approx(3e-6, rel=1e-3)
+
+
+def test_the_reduction_rate_is_measured_and_sourced():
+    reduce = measure_reduce_bandwidth(nbytes=1 << 20, budget_s=0.02)
+    assert 1e7 < reduce["reduce_bandwidth"] < 1e13 and "numpy float32" in reduce["reduce_source"]
+
+
+def test_calibrate_trace_writes_a_table_the_simulation_prices_from(tmp_path):
+    overlay = tmp_path / "nccl.yaml"
+    done = subprocess.run([sys.executable, "-m", "simdist", "calibrate", "trace", str(NCCL), "--out", str(overlay)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "cost table: allreduce on 16 ranks, 2 node(s), 31 sizes" in done.stdout
+    document = yaml.safe_load(overlay.read_text())
+    assert document["collectives"]["tables"][0]["ranks"] == 16
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "platform": {"preset": "cluster-a100-hdr", "nodes": 2, "overlays": [str(overlay)]},
+        "workload": {"model": "resnet50", "dataset": "imagenet-shape", "batch_size": 32, "timing_only": True},
+        "algorithm": "sync", "stop": {"steps": 3}, "outputs": {"plots": False, "trace": False}}))
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "simdist", "run", str(scenario), "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    pricing = json.loads((out / "manifest.json").read_text())["collective_pricing"]
+    assert {p["basis"] for p in pricing} == {"table"} and pricing[0]["ranks"] == 16
+
+
+@pytest.mark.parametrize("path, message", [
+    (NCCL, "the file shows 16 ranks but --ranks says 8"),
+    (TRACES / "example_collectives.csv", "rows name 8 and 16 ranks but --ranks says 8"),
+])
+def test_a_file_of_another_communicator_size_than_ranks_is_refused(tmp_path, path, message):
+    out = tmp_path / "o.yaml"
+    done = subprocess.run([sys.executable, "-m", "simdist", "calibrate", "trace", str(path), "--ranks", "8", "--out",
+                           str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_csv_gives_one_table_per_collective_and_size(tmp_path):
+    out = tmp_path / "csv.yaml"
+    done = subprocess.run([sys.executable, "-m", "simdist", "calibrate", "trace", str(TRACES / "example_collectives.csv"),
+                           "--out", str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    tables = yaml.safe_load(out.read_text())["collectives"]["tables"]
+    assert {(t["op"], t["ranks"]) for t in tables} == {("allreduce", 8), ("broadcast", 16)}
+    assert next(t for t in tables if t["op"] == "allreduce")["algorithm"] == "ring"
