@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from simdist.calibrate.cost_tables import tables_from_parsed
-from simdist.calibrate.fitting import AlphaBetaFit
+from simdist.fitting import AlphaBetaFit
 from simdist.calibrate.traces import parse_trace
 from simdist.errors import InputError
 from simdist.platform.cost_spec import CostTableSpec

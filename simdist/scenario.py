@@ -402,6 +402,10 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
 
 
 def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> None:
+    for i, table in enumerate(scenario.platform.collectives.tables if scenario.platform.collectives else []):
+        if table.algorithm is not None and table.algorithm not in COLLECTIVES:
+            raise InputError(f"unknown collective algorithm {table.algorithm!r}; known: {', '.join(COLLECTIVES.names())}",
+                             source=source, field=f"platform.collectives.tables[{i}].algorithm")
     devices = scenario.platform.device_count
     if scenario.workers is not None and scenario.workers > devices:
         raise InputError(f"{scenario.workers} workers but the platform has only {devices} devices "

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simdist.calibrate.collective_fit import CollectiveFit, NcclAllreduceFit, collective_op, simulated_allreduce_s
-from simdist.calibrate.fitting import (AlphaBetaFit, ContentionFit, LinearTimeFit, PiecewiseAlphaBetaFit,
+from simdist.fitting import (AlphaBetaFit, ContentionFit, LinearTimeFit, PiecewiseAlphaBetaFit,
                                        weighted_line)
 
 SIZES = np.array([0] + [2**k for k in range(23)], dtype=float)  # 0 B .. 4 MiB, as the MPI sweep

@@ -226,3 +226,17 @@ def test_a_message_pays_loggp_costs_and_the_sender_its_cpu():
 
 class _Batch:
     size = 4
+
+
+def test_a_table_naming_an_unknown_algorithm_is_refused_at_load():
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from helpers import tiny_scenario
+    from simdist.errors import InputError
+    from simdist.scenario import scenario_from_dict
+
+    table = {"op": "allreduce", "ranks": 2, "source": "x", "algorithm": "rign", "rows": [[1024, 1e-5], [2048, 2e-5]]}
+    data = tiny_scenario(platform={"preset": "laptop-cpu", "node": {"devices": 2}, "collectives": {"tables": [table]}})
+    with pytest.raises(InputError, match="unknown collective algorithm 'rign'; known: halving_doubling") as caught:
+        scenario_from_dict(data, source="s.yaml")
+    assert "platform.collectives.tables[0].algorithm" in str(caught.value)

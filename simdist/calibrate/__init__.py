@@ -10,7 +10,7 @@
   files; :mod:`~simdist.calibrate.trace_fit` fits them (nccl-tests → overlay);
 * :mod:`~simdist.calibrate.cpu_share` — k ranks on c cores vs processor sharing.
 
-The fitters (:mod:`~simdist.calibrate.fitting`, :mod:`~simdist.calibrate.collective_fit`)
+The fitters (:mod:`~simdist.fitting`, :mod:`~simdist.calibrate.collective_fit`)
 follow the scikit-learn contract; every file written carries its provenance
 (:mod:`~simdist.calibrate.provenance`). Submodules are not imported here, so running one
 with ``python -m`` imports it only once.

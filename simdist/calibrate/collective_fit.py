@@ -9,7 +9,7 @@ bytes* ``f · S`` (``f = 2(n−1)/n`` for allreduce; busbw = algbw · f), that i
 
 — an alpha–beta line in bus bytes whose bandwidth is exactly nccl-tests' asymptotic
 ``busbw`` and whose intercept is ``steps`` per-hop latencies. :class:`CollectiveFit` fits that
-line per message-size regime (:class:`~simdist.calibrate.fitting.PiecewiseAlphaBetaFit`;
+line per message-size regime (:class:`~simdist.fitting.PiecewiseAlphaBetaFit`;
 NCCL switches protocol — LL, LL128, Simple — and algorithm with size) and reports, per
 regime, the per-hop latency and the bus bandwidth a platform link needs for the simulator to
 reproduce the measurement.
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .fitting import PiecewiseAlphaBetaFit, Regime, check_fitted, record_size_scores, r2_score
+from ..fitting import PiecewiseAlphaBetaFit, Regime, check_fitted, record_size_scores, r2_score
 
 __all__ = ["CollectiveOp", "COLLECTIVE_OPS", "collective_op", "CollectiveFit", "NcclAllreduceFit",
            "simulated_allreduce_s"]

@@ -3,7 +3,7 @@
 The simulator charges each forward/backward/optimizer step ``t0_s + t1_s * batch`` seconds
 of virtual time (ARCHITECTURE.md, "Compute model"). This module times the real step of a
 :class:`~simdist.training.workload.Workload` at several batch sizes and fits the line
-(:class:`~simdist.calibrate.fitting.LinearTimeFit`, relative least squares: every batch
+(:class:`~simdist.fitting.LinearTimeFit`, relative least squares: every batch
 size counts by its error in percent), reporting R² and the residual per batch size.
 
 Devices:
@@ -71,7 +71,7 @@ from ..training.replica import Replica
 from ..training.workload import Workload, build_workload
 from .compute_options import (DEFAULT_BATCH_SIZES, FIT_TOLERANCE, MIN_FIT_SIZES, STATISTICS, ZOO, add_arguments,
                               scenario_batch_range, spread_batch_sizes)
-from .fitting import LinearTimeFit
+from ..fitting import LinearTimeFit
 from .provenance import check_output, command_line, library_versions, make_provenance, write_yaml
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ scheduler switches contexts, so this module measures it:
   run during which other processes used the pinned cores (``/proc/stat`` busy time minus the
   workers' own CPU time) is repeated, and that foreign load is recorded.
 
-:class:`~simdist.calibrate.fitting.ContentionFit` turns the table into one contention factor
+:class:`~simdist.fitting.ContentionFit` turns the table into one contention factor
 ``φ``: ``t(k, c) = t(1, c) · max(1, k/c) · φ`` for ``k ≥ 2``. Other processes on the machine
 add to the measurement; run it on a quiet machine.
 """
@@ -36,7 +36,7 @@ import torch
 from ..training.optim import OptimizerConfig
 from ..training.workload import build_workload
 from .compute_profile import ZOO, cpu_model_name, cpu_training_step, steady_allocator
-from .fitting import ContentionFit
+from ..fitting import ContentionFit
 from .provenance import make_provenance
 
 __all__ = ["available_cores", "measure_contention", "contention_document"]

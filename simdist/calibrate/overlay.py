@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..platform.links import LINK_KINDS
-from .fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
+from ..fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
 from .provenance import make_provenance, write_yaml
 
 __all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "per_size_table", "columns", "build_overlay", "write_overlay",

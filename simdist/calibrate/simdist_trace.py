@@ -6,7 +6,7 @@ real MPI run's files calibrate the simulator directly:
 * ``trace.json`` — per rank: the forward/backward spans (with their ``batch_size``; spans
   still running when the run stopped end at the trace's last instant and are left out),
   the blocking communication spans by name and the waiting time. Compute spans at two or more
-  batch sizes give that rank's ``t0 + t1 · batch`` (:class:`~simdist.calibrate.fitting.LinearTimeFit`).
+  batch sizes give that rank's ``t0 + t1 · batch`` (:class:`~simdist.fitting.LinearTimeFit`).
 * ``steps.csv`` — one row per applied update; per worker the time between its updates
   (iteration time), batch sizes and staleness.
 

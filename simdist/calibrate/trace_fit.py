@@ -25,7 +25,7 @@ import pandas as pd
 from ..platform.devices import DEVICE_KINDS
 from ..platform.links import LINK_KINDS
 from .collective_fit import CollectiveFit, simulated_allreduce_s
-from .fitting import LinearTimeFit, PiecewiseAlphaBetaFit
+from ..fitting import LinearTimeFit, PiecewiseAlphaBetaFit
 from .overlay import LinkFit, columns, fit_p2p_link, per_size_table
 from .parsed import ParsedTrace
 

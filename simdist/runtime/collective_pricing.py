@@ -10,7 +10,7 @@ library's choice of algorithm), so where a table applies it is the price:
   collectives are close to power laws between neighbouring sizes; nccl-tests doubles them);
 * **outside its sizes** — the alpha–beta–gamma model fitted to the table, anchored at the
   nearest measured size so price is continuous: per size regime (NCCL's LL/LL128/Simple,
-  MPI's eager/rendezvous show as regimes; :class:`~simdist.calibrate.fitting.PiecewiseAlphaBetaFit`)
+  MPI's eager/rendezvous show as regimes; :class:`~simdist.fitting.PiecewiseAlphaBetaFit`)
   a per-step latency α and a bandwidth β over the schedule's critical-path bytes, plus gamma,
   the reduced bytes over ``reduce_bandwidth`` where the platform gives it;
 * **another communicator size** — the same per-step α, β and γ applied to the schedule of
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibrate.fitting import PiecewiseAlphaBetaFit
+from ..fitting import PiecewiseAlphaBetaFit
 from ..platform.cost_spec import CollectiveCostSpec, CostTableSpec
 from .collectives import Plan, allgather_plan, allreduce_plan, broadcast_plan
 

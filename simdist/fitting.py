@@ -1,4 +1,7 @@
-"""Fitters for calibration: straight lines in time, alpha–beta links, piecewise regimes, CPU contention.
+"""Fitters: straight lines in time, alpha–beta links, piecewise regimes, CPU contention.
+
+Used by calibration (measurements → profiles and platforms) and by the simulator itself
+(:mod:`simdist.runtime.collective_pricing` fits the model around a measured cost table).
 
 Every fitter follows the scikit-learn contract (STYLE.md): the constructor only stores its
 arguments, ``fit(...)`` returns ``self``, fitted values end in ``_``, ``predict`` and
