@@ -10,6 +10,8 @@
 ``timeline``          one row per rank, compute / comm / wait spans coloured, read from
                       ``trace.json``; long runs show only their first seconds (at most
                       :data:`MAX_SPANS_PER_RANK` spans per rank, :data:`MAX_TIMELINE_RANKS` rows)
+``time_per_step``     where the time goes: each rank's mean step stacked by ledger part
+                      (``ledger.csv``: forward/backward, comm wire and CPU, wait, update ...)
 
 A figure whose data is absent (timing-only runs have no loss; no evaluations; no updates;
 no trace) is skipped, not an error. :func:`overlay_accuracy` and :func:`overlay_staleness`
@@ -54,7 +56,8 @@ __all__ = [
     "plot_time_to_accuracy",
 ]
 
-FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "batch_size_vs_time", "timeline")
+FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "batch_size_vs_time", "timeline",
+           "time_per_step")
 MAX_SPANS_PER_RANK = 2000
 MAX_BOXES = 48  # workers above which iteration times are drawn as quantile bands
 MAX_TIMELINE_RANKS = 256
@@ -90,11 +93,40 @@ def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[P
         ("iteration_times", _draw_iteration_times),
         ("batch_size_vs_time", _draw_batch_sizes),
         ("timeline", _draw_timeline),
+        ("time_per_step", _draw_ledger),
     ):
         fig = draw(loaded)
         if fig is not None:
             written += _save(fig, out / name)
     return written
+
+
+def _draw_ledger(loaded: LoadedResult) -> Figure | None:
+    """Where the time goes: each rank's mean step, stacked by ledger part (simdist.ledger)."""
+    ledger = loaded.ledger
+    if ledger is None or ledger.empty:
+        return None
+    return ledger_bars({f"rank {int(rank)}": rows for rank, rows in ledger.groupby("rank")},
+                       title=f"{loaded.algorithm}: where a step's time goes").figure
+
+
+def ledger_bars(ledgers: dict[str, pd.DataFrame], ax: Axes | None = None, *, title: str = "") -> Axes:
+    """One stacked bar per label: the mean seconds per step of every ledger part with any time."""
+    from .ledger import PARTS
+
+    ax = ax if ax is not None else _new_axes()
+    means = {label: rows[list(PARTS)].mean() for label, rows in ledgers.items()}
+    used = [part for part in PARTS if any(m[part] > 0 for m in means.values())]
+    bottom = np.zeros(len(means))
+    for part in used:
+        heights = np.array([m[part] for m in means.values()])
+        ax.bar(list(means), heights, bottom=bottom, label=part.replace("_", " "))
+        bottom += heights
+    ax.set_ylabel("seconds per step (mean)")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=45 if len(means) > 8 else 0)
+    _legend(ax)
+    return ax
 
 
 def overlay_accuracy(loaded_list: Sequence[LoadedResult], ax: Axes | None = None, *, x: str = "time_s") -> Axes:

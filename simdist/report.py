@@ -30,7 +30,7 @@ import pandas as pd
 
 from .errors import InputError
 from .outdir import staged_dir
-from .plots import (_new_figure, _save, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
+from .plots import (_new_figure, _save, ledger_bars, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
                     plot_time_to_accuracy)
 from .results import load_result_dir
 
@@ -104,6 +104,11 @@ def _largest_points(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path) 
     return chosen
 
 
+def _worker_ranks(loaded) -> list[int]:
+    """The ranks of a loaded run that trained (workers.csv), not its servers."""
+    return [int(w) for w in loaded.workers["worker"]] if "worker" in loaded.workers else []
+
+
 def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Path) -> dict[str, str]:
     """Draw the figures; returns {figure name: caption} of those drawn."""
     figures = out / "figures"
@@ -131,6 +136,12 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
         drawers.append(("accuracy_vs_time", lambda ax: overlay_accuracy(loaded, ax, x="time_s"),
                         f"Test accuracy against virtual time, each algorithm at its largest worker count "
                         f"(up to {most})."))
+    ledgers = {f"{r.algorithm} ({r.n_workers})": r.ledger[r.ledger["rank"].isin(_worker_ranks(r))]
+               for r in loaded if r.ledger is not None and not r.ledger.empty}
+    if ledgers:
+        drawers.append(("time_per_step", lambda ax: ledger_bars(ledgers, ax),
+                        "Where the time goes: a worker's mean step, stacked by ledger part (ledger.csv), each "
+                        f"algorithm at its largest worker count (up to {most})."))
     for name, draw, caption in drawers:
         fig, ax = _new_figure()
         draw(ax)

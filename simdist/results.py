@@ -40,6 +40,7 @@ import pandas as pd
 
 from . import metrics, tracefile
 from .errors import InputError
+from .ledger import ledger_table
 from .metrics import jsonable
 from .outdir import MARKER, staged_dir
 from .recorder import Recorder
@@ -110,7 +111,8 @@ TRACE = "trace.json"
 PLOTS_DIR = "plots"
 _TABLES = ("steps.csv", "evals.csv", "workers.csv", "links.csv")
 EVENTS = "events.csv"  # free-form events; optional when reading (older directories lack it)
-RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, EVENTS, TRACE, MARKER)  # plus plots/
+LEDGER = "ledger.csv"  # per rank and step, the parts of the step (simdist.ledger); optional when reading
+RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, EVENTS, LEDGER, TRACE, MARKER)  # plus plots/
 _PACKAGES = ("torch", "numpy", "pandas", "simpy", "pydantic")
 _FLOAT_FORMAT = "%.12g"
 
@@ -126,6 +128,7 @@ class LoadedResult:
     evals: pd.DataFrame
     workers: pd.DataFrame
     links: pd.DataFrame
+    ledger: pd.DataFrame | None = None  # the time ledger (ledger.csv); None for directories written before it
 
     @property
     def algorithm(self) -> str:
@@ -200,6 +203,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "faults": jsonable(result.extra.get("faults")),  # crashed ranks and what was dropped (docs/faults.md)
         # which collectives a measured table priced, and how: inside it, size or ranks extrapolated
         "collective_pricing": jsonable(result.extra.get("collective_pricing") or []),
+        # per device and op (update, average, ...): measured by calibrate compute, or estimated
+        "op_costs": jsonable(result.extra.get("op_costs") or []),
         "packages": package_versions(),
         "content_hash": content_hash(result.scenario, result.platform, result.seed),
         "summary": summary,
@@ -219,6 +224,8 @@ def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
         "workers.csv": metrics.workers_table(result),
         "links.csv": metrics.links_table(result),
         EVENTS: metrics.events_table(result),
+        LEDGER: ledger_table(metrics.spans_table(result),
+                             uncovered="update" if result.extra.get("runtime") == "mpi" else "wait"),
     }
     for name, table in tables.items():
         table.to_csv(directory / name, index=False, float_format=_FLOAT_FORMAT)
@@ -248,6 +255,7 @@ def _load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:
         evals=_read_table(directory / "evals.csv"),
         workers=_read_table(directory / "workers.csv"),
         links=_read_table(directory / "links.csv"),
+        ledger=_read_table(directory / LEDGER) if (directory / LEDGER).is_file() else None,
     )
 
 

@@ -26,7 +26,8 @@ from .algorithms import ALGORITHMS, AlgorithmContext
 from .errors import InputError
 from .inputfile import file_exists
 from .faults import FaultInjector
-from .platform.compute import ComputeModel, default_profile_paths, load_profiles
+from .platform.compute import ComputeModel, _read_profile, default_profile_paths, load_profiles
+from .platform.op_costs import OpCostModel, merge_measured
 from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
 from .recorder import Recorder
@@ -116,6 +117,8 @@ class Simulation:
             seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma,
             efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s,
             stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None)
+        self.op_costs = OpCostModel(self.platform, merge_measured(
+            (_read_profile(Path(p)), str(p)) for p in _profile_paths(scenario)))
         self.recorder = Recorder()
         self.world = SimWorld(self.platform, self.compute, self.recorder,
                               gradient_source=_gradient_source(self.workload, self.timing_only,
@@ -151,7 +154,7 @@ class Simulation:
             workers=self.workers, node_of=self.platform.node_of, workload=self.workload,
             batch_size=s.workload.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=self.timing_only,
             make_data=lambda i: ShardIterator(self.sharder, i, s.stop.epochs), make_replica=make_replica,
-            eval_max_samples=s.evaluation.max_samples)
+            eval_max_samples=s.evaluation.max_samples, op_cost=self.op_costs.seconds)
         entry = ALGORITHMS.entry(s.algorithm_name)
         return entry.factory(s.algorithm_config(), ctx)
 
@@ -330,7 +333,7 @@ class Simulation:
             extra={"compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
                    "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
                    "events": self.events_processed, "faults": self._fault_figures(),
-                   "collective_pricing": self.world.pricer.provenance()})
+                   "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe()})
 
     def _fault_figures(self) -> dict[str, Any]:
         """Crashed ranks and what was lost with them (all zero without faults)."""

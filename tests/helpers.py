@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simdist.algorithms import ALGORITHMS, AlgorithmContext
+from simdist.platform.op_costs import OpCostModel
 from simdist.platform.compute import ComputeModel, load_profiles
 from simdist.platform.topology import Platform
 from simdist.recorder import Recorder
@@ -78,7 +79,7 @@ def wire_and_run(s, *, make_data=None):
         workers=list(range(s.worker_count)), node_of=platform.node_of, workload=workload,
         batch_size=w.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=False,
         make_data=make_data or (lambda i: RecordingIterator(sharder, i, s.stop.epochs, batches)),
-        make_replica=lambda: workload.new_replica())
+        make_replica=lambda: workload.new_replica(), op_cost=OpCostModel(platform).seconds)
     algorithm = ALGORITHMS.entry(s.algorithm_name).factory(s.algorithm_config(), ctx)
     procs = {rank: world.spawn(rank, make(world.runtime(rank))) for rank, make in algorithm.processes().items()}
     world.env.run(until=world.env.all_of([procs[r] for r in ctx.workers]))

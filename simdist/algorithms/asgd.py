@@ -11,8 +11,8 @@ Expected mean staleness with homogeneous workers: ≈ N − 1.
 
 Options (see :class:`AsgdConfig`; protocol, placement and sharding in
 :mod:`.parameter_server`): ``servers`` (k shards, default 1), ``server_ranks`` (default the
-k ranks after the workers), ``apply_time_per_param`` (default 1e-9 s, an assumption
-pending calibration), ``staleness_aware`` (default false). The scenario must leave ranks
+k ranks after the workers), ``apply_time_per_param`` (default: the server device's measured or
+estimated ``update`` op, :mod:`simdist.platform.op_costs`), ``staleness_aware`` (default false). The scenario must leave ranks
 for the servers: ``workers: N`` on a platform of at least N + k devices.
 
 The optimizer of the scenario runs on the server (momentum buffers live there); with plain

@@ -49,6 +49,13 @@ class AlgorithmContext:
     make_data: Callable[[int], Any]  # worker index -> ShardIterator
     make_replica: Callable[[], Any]  # a fresh replica at the initial weights
     eval_max_samples: int | None = None  # test samples an algorithm's own evaluations may use (None: all)
+    # seconds of an elementwise op (update, average, compensate, copy) over n parameters on a rank:
+    # (rank, op, params, buffers) -> s (simdist.platform.op_costs); None where work is done for real
+    op_cost: Callable[[int, str, int, int], float] | None = None
+
+    def op_seconds(self, rank: int, op: str, params: int, buffers: int = 1) -> float:
+        """What ``op`` over ``params`` parameters costs on ``rank`` (0 in a real run: the math itself takes the time)."""
+        return self.op_cost(rank, op, params, buffers) if self.op_cost is not None else 0.0
 
     @property
     def n_workers(self) -> int:

@@ -20,10 +20,12 @@ with η_1 the optimizer's ``lr``), ``warmup_iterations`` (0) starting at
 ``final_lr_fraction`` = 0 at ``decay_iterations``, default the run's length when
 ``stop.epochs`` is set, otherwise no decay), ``schedule_weight_decay`` (true: weight decay
 follows the same factor), ``collective`` (default: the scenario's ``network.collective``),
-``update_time_per_param`` (seconds per parameter charged for each update, default 0: the
-compute profiles are measured with the optimizer step included, as sync's are, and the
-compensation adds a few elementwise passes, about 3 ms for ResNet-50 on a CPU node with
-200 GB/s of memory bandwidth against seconds of compute; set it to charge them).
+``update_time_per_param`` (seconds per parameter charged for each update; default: the
+compute profiles are measured with the optimizer step included, as sync's are, and each
+update adds its own elementwise passes — the distance to the average (an ``update``-shaped
+pass: read two buffers, write one) and the delay compensation (``compensate``) — charged at
+the device's measured or estimated op costs (:mod:`simdist.platform.op_costs`); the final
+merge is one ``update`` pass).
 
 **choice**: the schedule is iteration based and its defaults (no warm-up, linear decay over
 the run) are this module's; the paper's warm-up length is a scenario setting.
@@ -47,9 +49,8 @@ from ..runtime.collectives import COLLECTIVES
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .dcs3gd_math import Schedule, dcs3gd_update, distance_to_average, local_update, overlap_fraction, tensor_norm
 
-__all__ = ["Dcs3gdConfig", "Dcs3gd", "DEFAULT_UPDATE_TIME_PER_PARAM_S"]
+__all__ = ["Dcs3gdConfig", "Dcs3gd"]
 
-DEFAULT_UPDATE_TIME_PER_PARAM_S = 0.0  # compute profiles include the optimizer step (see the module docstring)
 
 
 class Dcs3gdConfig(AlgorithmConfig):
@@ -70,10 +71,9 @@ class Dcs3gdConfig(AlgorithmConfig):
     final_lr_fraction: float = Field(0.0, ge=0, le=1, description="rate at the end of the decay / peak. Default 0")
     schedule_weight_decay: bool = Field(True, description="weight decay follows the learning-rate factor. Default true")
     collective: str | None = Field(None, description="allreduce algorithm (default: network.collective)")
-    update_time_per_param: float = Field(
-        DEFAULT_UPDATE_TIME_PER_PARAM_S, ge=0,
-        description="seconds per parameter charged for one update (compensation + step). Default 0 "
-                    "(profiles include the optimizer step)")
+    update_time_per_param: float | None = Field(
+        None, ge=0, description="seconds per parameter charged for one update (distance + compensation). Default: "
+                                "the device's 'update' and 'compensate' op costs (the profile holds the step)")
 
     @field_validator("collective")
     @classmethod
@@ -98,7 +98,15 @@ class Dcs3gd(PeerAlgorithm):
             warmup_iterations=config.warmup_iterations, total_iterations=self._decay_iterations(),
             start_fraction=config.warmup_start_fraction, final_fraction=config.final_lr_fraction,
             decay_weight_decay=config.schedule_weight_decay)
-        self.update_s = config.update_time_per_param * ctx.workload.param_count
+        per_param = config.update_time_per_param
+        self.update_s = None if per_param is None else per_param * ctx.workload.param_count
+
+    def _update_s(self, rank: int, final: bool = False) -> float:
+        """Time charged for one update (or the final merge) on ``rank`` (see ``update_time_per_param``)."""
+        if self.update_s is not None:
+            return self.update_s
+        params, op = self.ctx.workload.param_count, self.ctx.op_seconds
+        return op(rank, "update", params) + (0.0 if final else op(rank, "compensate", params))
 
     def _decay_iterations(self) -> int | None:
         config, ctx = self.config, self.ctx
@@ -122,7 +130,7 @@ class Dcs3gd(PeerAlgorithm):
         delta = local_update(optimizer, replica.params, result.grad, replica.opt_state, schedule.lr(0),
                              schedule.weight_decay_at(0))
         replica.params.add_(delta)
-        yield rt.busy(self.update_s, "dcs3gd update")
+        yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd update")  # the first step: no compensation
         step = 1
         rt.record("update", worker=rt.rank, step=step, version=step, staleness=0, batch_size=batch.size,
                   loss=result.loss, d_norm=0.0, lambda_=0.0, lr=schedule.lr(0), overlap_fraction=None,
@@ -140,7 +148,7 @@ class Dcs3gd(PeerAlgorithm):
             update = dcs3gd_update(optimizer, replica.params, replica.opt_state, result.grad, total, delta, n,
                                    config.lambda0, schedule.lr(step), schedule.weight_decay_at(step))
             delta = update.delta
-            yield rt.busy(self.update_s, "dcs3gd update")
+            yield rt.busy(self._update_s(rt.rank), "dcs3gd update")
             rt.record("update", worker=rt.rank, step=step + 1, version=step + 1, staleness=1, batch_size=batch.size,
                       loss=result.loss, d_norm=update.distance_norm, lambda_=update.lambda_, lr=schedule.lr(step),
                       overlap_fraction=overlap_fraction(started_s, result.end_s, done_s),
@@ -152,5 +160,5 @@ class Dcs3gd(PeerAlgorithm):
         total = yield request
         distance = distance_to_average(total, delta, self.ctx.n_workers)
         replica.params.add_(distance)
-        yield rt.busy(self.update_s, "dcs3gd final merge")
+        yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd final merge")
         rt.record("dcs3gd_final_merge", worker=rt.rank, d_norm=tensor_norm(distance))

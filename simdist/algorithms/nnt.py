@@ -28,8 +28,10 @@ Options (:class:`NntConfig`): ``topology`` (ring | grid, default ring), ``grid_s
 ``update_rule`` (``sgd``: exactly w ← w − η·g with η the optimizer's ``lr``, ignoring its
 momentum and weight decay; ``optimizer``: the scenario's optimizer applied to every gradient
 in arrival order, its state kept across syncs), ``update_time_per_param`` (seconds per
-parameter charged for every applied gradient, own and neighbours'; default 0: compute
-profiles include the own step, and a neighbour's step is one axpy over the parameters).
+parameter charged for every applied gradient, own and neighbours'; default: the own step is
+inside the compute profile, which is measured with the optimizer step, and each neighbour's
+gradient costs the device's ``update`` op — one axpy over the parameters, measured by
+``calibrate compute`` or estimated from memory bandwidth, :mod:`simdist.platform.op_costs`).
 
 Records: one ``update`` row per applied gradient. A worker's own gradient: no staleness (empty),
 ``batch_size`` the samples it consumed, ``source: own``. A neighbour's gradient
@@ -62,7 +64,6 @@ from .nnt_topology import Layout, make_layout
 __all__ = ["NntConfig", "Nnt", "TAG_GRADIENT", "sgd_step", "best_worker"]
 
 TAG_GRADIENT = 201  # worker -> neighbour: a gradient and where it came from
-DEFAULT_UPDATE_TIME_PER_PARAM_S = 0.0  # compute profiles include the own step (see the module docstring)
 
 
 class NntConfig(AlgorithmConfig):
@@ -76,9 +77,9 @@ class NntConfig(AlgorithmConfig):
     sync_every_epochs: int = Field(1, ge=1, description="epochs between restarts from the best worker. Default 1")
     update_rule: Literal["sgd", "optimizer"] = Field(
         "sgd", description="'sgd': w <- w - lr*g with the optimizer's lr; 'optimizer': the scenario's optimizer")
-    update_time_per_param: float = Field(
-        DEFAULT_UPDATE_TIME_PER_PARAM_S, ge=0,
-        description="seconds per parameter charged per applied gradient. Default 0")
+    update_time_per_param: float | None = Field(
+        None, ge=0, description="seconds per parameter charged per applied gradient, own and neighbours'. Default: "
+                                "own step inside the compute profile, a neighbour's the device's 'update' op")
 
     @model_validator(mode="after")
     def _shape_for_grid(self):
@@ -124,7 +125,14 @@ class Nnt(PeerAlgorithm):
         super().__init__(config, ctx)
         self.layout: Layout = make_layout(config.topology, ctx.n_workers, config.grid_shape)
         self.lr = ctx.workload.optimizer_config.lr
-        self.update_s = config.update_time_per_param * ctx.workload.param_count
+        per_param = config.update_time_per_param
+        self.update_s = None if per_param is None else per_param * ctx.workload.param_count
+
+    def _update_s(self, rank: int, own: bool) -> float:
+        """Time charged for applying one gradient on ``rank`` (see ``update_time_per_param``)."""
+        if self.update_s is not None:
+            return self.update_s
+        return 0.0 if own else self.ctx.op_seconds(rank, "update", self.ctx.workload.param_count)
 
     def evaluation_replicas(self) -> dict[int, Any]:
         return dict(zip(self.ctx.workers, self.replicas))
@@ -150,7 +158,7 @@ class Nnt(PeerAlgorithm):
                 break
             result = yield rt.compute(replica, batch)
             self._apply(replica, result.grad)
-            yield rt.busy(self.update_s, "nnt update")
+            yield rt.busy(self._update_s(rt.rank, own=True), "nnt update")
             state.step += 1
             state.computed_s.append(result.end_s)
             rt.record("update", worker=rt.rank, step=state.step, version=state.step, staleness=None,
@@ -174,7 +182,7 @@ class Nnt(PeerAlgorithm):
                 return
             sent = message.payload
             self._apply(replica, sent["grad"])
-            yield rt.busy(self.update_s, "nnt neighbour update")
+            yield rt.busy(self._update_s(rt.rank, own=False), "nnt neighbour update")
             lag = state.step - bisect_right(state.computed_s, sent["computed_s"])  # own steps computed after it
             rt.record("update", worker=rt.rank, step=state.step, version=state.step, staleness=lag, batch_size=0,
                       loss=None, source="neighbour", sender=message.src, sender_step=sent["step"],

@@ -49,8 +49,9 @@ server 0's shard stands for the model: rows = gradients, versions are server 0's
 ``age_s`` = apply time − time the worker read the weights. Every server's version and
 gradient count are kept in :attr:`ParameterServerAlgorithm.servers_` for inspection.
 
-Assumption: ``apply_time_per_param`` defaults to 1e-9 s per parameter (≈ one fused
-multiply-add per parameter at memory bandwidth on one CPU core), pending calibration.
+A push costs the server the ``update`` op over its shard (w ← w − η·g: 12 bytes per float32
+parameter), measured by ``calibrate compute`` or estimated from the server device's memory
+bandwidth (:mod:`simdist.platform.op_costs`); ``apply_time_per_param`` overrides it.
 """
 
 from __future__ import annotations
@@ -67,14 +68,13 @@ from .async_math import shard_bounds, staleness
 from .base import Algorithm, AlgorithmConfig, AlgorithmContext, Process
 from .tensors import flat_concat
 
-__all__ = ["TAG_PULL", "TAG_PUSH", "TAG_WEIGHTS", "DEFAULT_APPLY_TIME_PER_PARAM_S", "ParameterServerConfig",
+__all__ = ["TAG_PULL", "TAG_PUSH", "TAG_WEIGHTS", "ParameterServerConfig",
            "ParameterServerAlgorithm", "ServerState", "PendingGradient", "BatchPolicy", "ShardedParameters"]
 
 TAG_PULL = 101  # worker -> server: "send me your shard" (tiny payload)
 TAG_PUSH = 102  # worker -> server: a gradient shard plus what the server needs to apply and record it
 TAG_WEIGHTS = 103  # server -> worker: (shard, version), or an acknowledgement of a final push
 
-DEFAULT_APPLY_TIME_PER_PARAM_S = 1e-9  # assumption pending calibration (see the module docstring)
 
 
 class ParameterServerConfig(AlgorithmConfig):
@@ -85,10 +85,9 @@ class ParameterServerConfig(AlgorithmConfig):
     server_ranks: list[NonNegativeInt] | None = Field(
         None, description="ranks the servers run on, none of them a worker. Default: the k ranks after the "
                           "workers, N..N+k-1")
-    apply_time_per_param: float = Field(
-        DEFAULT_APPLY_TIME_PER_PARAM_S, ge=0,
-        description="server time per parameter of its shard for each gradient it handles, in seconds. "
-                    "Default 1e-9 (an assumption pending calibration)")
+    apply_time_per_param: float | None = Field(
+        None, ge=0, description="server time per parameter of its shard for each gradient it handles, in seconds. "
+                                "Default: the device's measured or estimated 'update' op (simdist.platform.op_costs)")
     staleness_aware: bool = Field(
         False, description="damp a gradient of staleness s by 1/max(1, s) (Zhang et al.). Default false")
 
@@ -305,7 +304,9 @@ class ParameterServerAlgorithm(Algorithm):
     # -- server -------------------------------------------------------------------------
 
     def _server(self, rt: Runtime, server: ServerState):
-        cost_s = self.config.apply_time_per_param * server.numel
+        per_param = self.config.apply_time_per_param
+        cost_s = per_param * server.numel if per_param is not None else \
+            self.ctx.op_seconds(rt.rank, "update", server.numel)
         while True:
             message = yield rt.recv()
             if message.tag == TAG_PULL:

@@ -71,6 +71,7 @@ from ..training.replica import Replica
 from ..training.workload import Workload, build_workload
 from .compute_options import (DEFAULT_BATCH_SIZES, FIT_TOLERANCE, MIN_FIT_SIZES, STATISTICS, ZOO, add_arguments,
                               scenario_batch_range, spread_batch_sizes)
+from .op_profile import measure_ops
 from ..fitting import LinearTimeFit
 from .provenance import check_output, command_line, library_versions, make_provenance, write_yaml
 
@@ -505,9 +506,12 @@ _KEY_ORDER = ("t0_s", "t1_s", "forward_flops_per_sample", "r2", "max_relative_er
 
 def profile_document(profiles: dict[str, dict], threads: int, device: str = "host-cpu", *,
                      torch_device: str = "cpu", command: str | None = None, allocator: str | None = None,
-                     scenario: dict | None = None, inputs: Sequence[str | os.PathLike] = ()) -> dict:
+                     scenario: dict | None = None, inputs: Sequence[str | os.PathLike] = (),
+                     ops: dict[str, float] | None = None) -> dict:
     """The profile file's content (a plain dict, keys in file order); ``scenario`` says which
-    scenario's model it holds, ``inputs`` are the files it was made from (hashed in provenance)."""
+    scenario's model it holds, ``inputs`` are the files it was made from (hashed in provenance),
+    ``ops`` the measured seconds per parameter of the algorithms' elementwise work
+    (:mod:`simdist.calibrate.op_profile`)."""
     timer = next((p.get("timer") for p in profiles.values() if p.get("timer")), _TIMERS[torch_device][0])
     versions = library_versions()
     if torch_device == "cuda":
@@ -524,6 +528,7 @@ def profile_document(profiles: dict[str, dict], threads: int, device: str = "hos
         **({"scenario": scenario} if scenario else {}),
         "models": {name: {key: profile[key] for key in _KEY_ORDER if key in profile}
                    for name, profile in profiles.items()},
+        **({"ops": {op: float(f"{s:.4g}") for op, s in ops.items()}} if ops else {}),
     }
     if command is not None:
         document["provenance"] = _provenance(document, command, inputs)
@@ -608,7 +613,7 @@ def run(args: argparse.Namespace, command: str, require_slope: bool = True) -> t
     key = profile_key(device)
     out = Path(args.out) if args.out else Path("calibration") / "profiles" / f"{key}.yaml"
     document = profile_document(profiles, args.threads, key, torch_device=device, command=command,
-                                allocator=allocator)
+                                allocator=allocator, ops=measure_ops(device=device))
     write_profile(out, document, command)
     return out, document
 
@@ -627,7 +632,8 @@ def _run_scenario(args: argparse.Namespace, command: str, device: str, batch_siz
     if require_slope:
         _check_slope(profiles, target.batch_sizes)
     document = profile_document(profiles, args.threads, target.profile_device, torch_device=device, command=command,
-                                allocator=allocator, scenario=_scenario_block(target), inputs=[target.path])
+                                allocator=allocator, scenario=_scenario_block(target), inputs=[target.path],
+                                ops=measure_ops(device=device))
     write_profile(out, document, command)
     return out, document
 

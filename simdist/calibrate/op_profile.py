@@ -1,0 +1,73 @@
+"""Time the algorithms' own elementwise work on the device: the ``ops`` of a compute profile.
+
+An algorithm's updates, averages, delay compensation and copies are streaming kernels over
+the flat parameter vector (:mod:`simdist.platform.op_costs`). ``calibrate compute`` times
+each on float32 vectors with the torch threads and device of the profile, and writes the
+seconds per parameter (``average``: per input buffer) into the profile's ``ops`` section,
+where the simulator prefers them to its memory-bandwidth estimate.
+
+Each op is timed on vectors of ``params`` parameters (default 4 Mi: 16 MiB per buffer, past
+the caches, as a model's parameters are), warmed up, then the median of repeated runs
+within a time budget.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+__all__ = ["DEFAULT_OP_PARAMS", "measure_ops"]
+
+DEFAULT_OP_PARAMS = 1 << 22
+
+
+def _kernels(params: int, device: str) -> dict[str, Callable[[], None]]:
+    w, g, w_old, out = (torch.randn(params, device=device) for _ in range(4))
+    neighbours = [torch.randn(params, device=device) for _ in range(3)]
+
+    def update() -> None:  # w <- w - lr * g
+        w.add_(g, alpha=-1e-3)
+
+    def average() -> None:  # mean of w and 3 neighbours (4 buffers), pass by pass as in the algorithms
+        torch.add(w, neighbours[0], out=out)
+        for other in neighbours[1:]:
+            out.add_(other)
+        out.mul_(0.25)
+
+    def compensate() -> None:  # g + lambda * g * g * (w - w_old), in place
+        g.addcmul_(g * g, w - w_old, value=0.2)
+
+    def copy() -> None:
+        out.copy_(w)
+
+    return {"update": update, "average": average, "compensate": compensate, "copy": copy}
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _median_s(kernel: Callable[[], None], device: str, budget_s: float) -> float:
+    for _ in range(3):
+        kernel()
+    _sync(device)
+    times: list[float] = []
+    end = time.perf_counter() + budget_s
+    while time.perf_counter() < end or len(times) < 5:
+        start = time.perf_counter()
+        kernel()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def measure_ops(params: int = DEFAULT_OP_PARAMS, device: str = "cpu", budget_s: float = 0.2) -> dict[str, float]:
+    """Seconds per parameter of each op (``average`` per input buffer) on ``device``."""
+    kernels = _kernels(params, device)
+    per_param = {op: _median_s(kernel, device, budget_s) / params for op, kernel in kernels.items()}
+    per_param["average"] /= 4  # four input buffers
+    return per_param

@@ -1,0 +1,108 @@
+"""The time ledger: each rank's step as the sum of named parts.
+
+A step is cut into the parts ARCHITECTURE.md names — ``data``, ``forward_backward``,
+``pack``, ``comm_cpu``, ``comm_wire``, ``wait``, ``unpack``, ``update``, ``eval``,
+``checkpoint`` — from the spans a run recorded. Simulated and real runs record spans under
+the same kinds and names (the MPI runtime writes the same recorder rows), so one derivation
+serves both and the two ledgers compare part by part.
+
+Steps. A rank's step *k* runs from the start of its *k*-th step-opening span to the start of
+the next: a worker's forward/backward; for a rank that never computes one (a parameter
+server), its update work. Time before the first opener (start-up, the first broadcast)
+belongs to step 0; the last step ends with the rank's last span. Blocking spans of a rank
+never overlap, so every span falls inside one step.
+
+Parts. A span's part comes from its kind and name (:data:`PART_OF_NAME`, then
+:data:`PART_OF_KIND`): forward/backward → ``forward_backward``; the CPU time a rank spends in
+sending (LogGP ``o``, span ``message overhead``) → ``comm_cpu``; data moving while the rank is
+blocked on it → ``comm_wire``; blocked on peers → ``wait``; an algorithm's own busy work →
+``update`` (averaging, applying, merging) or ``eval`` (its evaluations). Non-blocking
+communication overlaps other work and is not a part. Time no span covers is ``wait`` in a
+simulation (the rank was idle until something arrived) and ``update`` in a real run (the
+algorithm's own host work between runtime calls). So the parts add up to the step exactly in
+a simulation (floating-point sums aside) and, in a real run, to within the timer's resolution.
+Parts no runtime charges yet stay zero columns (``data``, ``pack``, ``unpack``,
+``checkpoint``): the column set is the contract.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["PARTS", "LEDGER_COLUMNS", "part_of", "ledger_table", "ledger_summary"]
+
+PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "unpack", "update", "eval",
+         "checkpoint")
+LEDGER_COLUMNS = ("rank", "step", "start_s", "step_s", *PARTS)
+
+# span names with a part of their own (the runtimes' and algorithms' names)
+PART_OF_NAME = {
+    "forward/backward": "forward_backward",
+    "message overhead": "comm_cpu",
+    "data": "data", "pack": "pack", "unpack": "unpack", "checkpoint": "checkpoint",
+}
+PART_OF_KIND = {"comm": "comm_wire", "wait": "wait"}
+_EVAL_WORDS = ("evaluation", "inference", "eval")
+_OPENER = "forward/backward"
+
+
+def part_of(kind: str, name: str) -> str:
+    """The ledger part of a span of ``kind`` named ``name``."""
+    part = PART_OF_NAME.get(name) or PART_OF_KIND.get(kind)
+    if part is not None:
+        return part
+    return "eval" if any(word in name for word in _EVAL_WORDS) else "update"
+
+
+def ledger_table(spans: pd.DataFrame, *, uncovered: str = "wait") -> pd.DataFrame:
+    """One row per (rank, step): ``rank, step, start_s, step_s`` and one column per part, seconds.
+
+    ``spans``: the run's spans (:func:`simdist.metrics.spans_table`: ``rank, kind, name,
+    start_s, end_s, blocking``). ``uncovered``: the part of time no span covers — ``wait`` in a
+    simulation (a rank only leaves its spans to wait for something); ``update`` in a real run,
+    where the time between runtime calls is the algorithm's own host work (flattening,
+    copying back, applying updates), not yet timed apart.
+    """
+    spans = spans[spans["blocking"].astype(bool) & (spans["end_s"] > spans["start_s"])]
+    if spans.empty:
+        return pd.DataFrame(columns=list(LEDGER_COLUMNS))
+    pairs = spans[["kind", "name"]].drop_duplicates()
+    parts = {(k, n): part_of(k, n) for k, n in zip(pairs["kind"], pairs["name"])}
+    spans = spans.assign(part=[parts[(k, n)] for k, n in zip(spans["kind"], spans["name"])],
+                         duration_s=spans["end_s"] - spans["start_s"])
+    frames = [_rank_ledger(int(rank), group, uncovered) for rank, group in spans.groupby("rank", sort=True)]
+    return pd.concat(frames, ignore_index=True)[list(LEDGER_COLUMNS)]
+
+
+def _rank_ledger(rank: int, spans: pd.DataFrame, uncovered: str) -> pd.DataFrame:
+    openers = spans[(spans["kind"] == "compute") & (spans["name"] == _OPENER)]
+    if openers.empty:  # a rank that never runs forward/backward: its update work opens its steps
+        openers = spans[spans["part"] == "update"]
+    end_s = float(spans["end_s"].max())
+    if openers.empty:
+        starts = np.array([0.0])
+    else:
+        starts = np.sort(openers["start_s"].to_numpy(float))
+        starts[0] = 0.0  # start-up belongs to the first step
+    step = np.clip(np.searchsorted(starts, spans["start_s"].to_numpy(float), side="right") - 1, 0, None)
+    sums = spans.assign(step=step).groupby(["step", "part"])["duration_s"].sum().unstack("part", fill_value=0.0)
+    sums = sums.reindex(index=range(len(starts)), columns=list(PARTS), fill_value=0.0)
+    bounds = np.append(starts, max(end_s, starts[-1]))
+    step_s = np.diff(bounds)
+    covered = sums.to_numpy().sum(axis=1)
+    sums[uncovered] += np.maximum(step_s - covered, 0.0)  # time no span covers
+    out = sums.reset_index(drop=True)
+    out.insert(0, "step_s", step_s)
+    out.insert(0, "start_s", starts)
+    out.insert(0, "step", np.arange(len(starts)))
+    out.insert(0, "rank", rank)
+    return out
+
+
+def ledger_summary(ledger: pd.DataFrame, ranks: list[int] | None = None) -> pd.Series:
+    """Mean seconds per step of each part (over the given ranks' steps, all by default)."""
+    rows = ledger if ranks is None else ledger[ledger["rank"].isin(ranks)]
+    if rows.empty:
+        return pd.Series(0.0, index=list(PARTS))
+    return rows[list(PARTS)].mean()

@@ -1,0 +1,93 @@
+"""The time ledger: steps cut into named parts that add up, for every algorithm."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from simdist.algorithms import ALGORITHMS
+from simdist.ledger import LEDGER_COLUMNS, PARTS, ledger_table, part_of
+from simdist.metrics import spans_table
+from simdist.simulate import simulate
+
+from test_conformance import tiny_scenario
+
+# the parts each algorithm's workers must be charged for (servers: ``update``) in a simulation
+CHARGED = {
+    "sync": {"forward_backward", "comm_wire"},
+    "asgd": {"forward_backward", "comm_wire"},
+    "nsoftsync": {"forward_backward", "comm_wire"},
+    "dbs": {"forward_backward", "comm_wire"},
+    "daso": {"forward_backward", "comm_wire"},
+    "dcs3gd": {"forward_backward", "comm_wire", "update"},
+    "nnt": {"forward_backward", "comm_wire", "update", "eval"},
+}
+SERVER_ALGORITHMS = {"asgd", "nsoftsync", "dbs"}
+
+
+def _spans(rows):
+    return pd.DataFrame(rows, columns=["rank", "kind", "name", "start_s", "end_s", "blocking"])
+
+
+def test_parts_follow_kinds_and_names():
+    assert part_of("compute", "forward/backward") == "forward_backward"
+    assert part_of("comm", "message overhead") == "comm_cpu"
+    assert part_of("comm", "allreduce") == "comm_wire"
+    assert part_of("wait", "recv") == "wait"
+    assert part_of("compute", "apply") == "update"
+    assert part_of("compute", "nnt evaluation") == "eval"
+
+
+def test_a_step_runs_from_one_forward_backward_to_the_next_and_uncovered_time_is_wait():
+    ledger = ledger_table(_spans([
+        (0, "comm", "broadcast", 0.0, 0.5, True),           # start-up: step 0
+        (0, "compute", "forward/backward", 1.0, 3.0, True),
+        (0, "wait", "allreduce", 3.0, 3.5, True),
+        (0, "comm", "allreduce", 3.5, 4.0, True),
+        (0, "comm", "allreduce", 3.2, 4.5, False),          # non-blocking: overlaps, not a part
+        (0, "compute", "apply", 4.0, 4.25, True),
+        (0, "comm", "message overhead", 4.75, 5.0, True),
+        (0, "compute", "forward/backward", 5.0, 7.0, True),
+        (0, "comm", "allreduce", 7.0, 8.0, True),
+    ]))
+    assert list(ledger.columns) == list(LEDGER_COLUMNS)
+    first, second = ledger.to_dict("records")
+    assert (first["start_s"], first["step_s"], second["start_s"], second["step_s"]) == (0.0, 5.0, 5.0, 3.0)
+    assert first["forward_backward"] == 2.0 and first["comm_wire"] == 0.5 + 0.5 and first["update"] == 0.25
+    assert first["comm_cpu"] == 0.25 and first["wait"] == 0.5 + 0.5 + 0.5  # 0.5-1.0 and 4.25-4.75 uncovered
+    assert second["forward_backward"] == 2.0 and second["comm_wire"] == 1.0 and second["wait"] == 0.0
+
+
+def test_a_server_s_steps_are_its_updates():
+    ledger = ledger_table(_spans([
+        (3, "wait", "recv", 0.0, 1.0, True),
+        (3, "compute", "apply", 1.0, 1.5, True),
+        (3, "wait", "recv", 1.5, 2.0, True),
+        (3, "compute", "apply", 2.0, 2.5, True),
+    ]))
+    assert ledger["step_s"].tolist() == [2.0, 0.5] and ledger["update"].tolist() == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS.names()))
+def test_every_algorithm_s_steps_add_up_and_charge_their_parts(algorithm):
+    result = simulate(tiny_scenario(algorithm))
+    ledger = ledger_table(spans_table(result))
+    parts = ledger[list(PARTS)].sum(axis=1)
+    assert (parts - ledger["step_s"]).abs().max() < 1e-12 * max(1.0, ledger["step_s"].max())
+    workers = ledger[ledger["rank"].isin(result.workers)]
+    charged = {part for part in PARTS if workers[part].sum() > 0}
+    assert CHARGED[algorithm] <= charged, f"{algorithm} charges nothing for {CHARGED[algorithm] - charged}"
+    assert workers.groupby("rank").size().min() >= 2
+    if algorithm in SERVER_ALGORITHMS:
+        servers = ledger[~ledger["rank"].isin(result.workers)]
+        assert servers["update"].sum() > 0
+
+
+def test_a_run_writes_its_ledger(tmp_path):
+    from simdist.results import write_result_dir
+
+    result = simulate(tiny_scenario("sync"))
+    write_result_dir(result, tmp_path / "out", plots=False)
+    ledger = pd.read_csv(tmp_path / "out" / "ledger.csv")
+    assert list(ledger.columns) == list(LEDGER_COLUMNS)
+    assert sorted(ledger["rank"].unique()) == sorted(result.workers)

@@ -1,0 +1,69 @@
+"""The algorithms' own elementwise work: measured by calibrate compute, else estimated from memory bandwidth."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.calibrate.op_profile import measure_ops
+from simdist.errors import InputError
+from simdist.platform.op_costs import OPS, OpCostModel, bytes_per_param, merge_measured, ops_from_profile
+from simdist.simulate import simulate
+
+from conftest import build_platform
+from test_conformance import tiny_scenario
+
+CPU_MEMORY_BPS = 19e9  # the cpu device kind's stated memory bandwidth
+
+
+def test_without_a_measurement_an_op_costs_its_bytes_over_the_memory_bandwidth():
+    model = OpCostModel(build_platform("laptop-cpu", node={"devices": 2}))
+    assert model.seconds(0, "update", 10**6) == pytest.approx(12e6 / CPU_MEMORY_BPS)
+    assert model.seconds(1, "average", 10**6, buffers=3) == pytest.approx(16e6 / CPU_MEMORY_BPS)
+    assert model.seconds(0, "compensate", 10**6) == pytest.approx(16e6 / CPU_MEMORY_BPS)
+    assert {row["basis"] for row in model.describe()} == {"estimate"}
+    assert "19.0 GB/s" in model.describe()[0]["source"]
+
+
+def test_a_rank_with_half_a_core_streams_at_half_the_rate():
+    platform = build_platform("laptop-cpu", node={"devices": 2, "device": {"kind": "cpu", "cpus": 0.5}})
+    assert OpCostModel(platform).seconds(0, "copy", 1000) == pytest.approx(2 * 8000 / CPU_MEMORY_BPS)
+
+
+def test_a_measured_op_replaces_the_estimate():
+    measured = merge_measured([({"device": "host-cpu", "ops": {"update": 2e-9, "average": 1e-9}}, "p.yaml")])
+    model = OpCostModel(build_platform("laptop-cpu", node={"devices": 1}), measured)
+    assert model.seconds(0, "update", 1000) == pytest.approx(2e-6)
+    assert model.seconds(0, "average", 1000, buffers=4) == pytest.approx(4e-6)
+    assert model.seconds(0, "copy", 1000) == pytest.approx(8000 / CPU_MEMORY_BPS)  # not measured: estimated
+    assert {(r["op"], r["basis"]) for r in model.describe()} == {("update", "measured"), ("average", "measured"),
+                                                                ("copy", "estimate")}
+
+
+@pytest.mark.parametrize("ops, message", [
+    ({"axpy": 1e-9}, "ops.axpy: unknown op"),
+    ({"update": -1e-9}, "ops.update: must be seconds per parameter"),
+    ({"update": 1.0}, "ops.update: must be seconds per parameter"),
+    ({"update": True}, "ops.update: must be seconds per parameter"),
+    ([1e-9], "ops: must map an op"),
+])
+def test_a_bad_ops_section_names_the_file_and_field(ops, message):
+    with pytest.raises(InputError, match=message) as caught:
+        ops_from_profile({"device": "host-cpu", "ops": ops}, "profile.yaml")
+    assert "profile.yaml" in str(caught.value)
+
+
+def test_calibrate_compute_times_every_op():
+    per_param = measure_ops(params=1 << 16, budget_s=0.01)
+    assert set(per_param) == set(OPS) and all(0 < s < 1e-6 for s in per_param.values())
+
+
+def test_bytes_per_parameter_follow_what_each_op_reads_and_writes():
+    assert [bytes_per_param(op) for op in ("update", "compensate", "copy")] == [12, 16, 8]
+    assert bytes_per_param("average", buffers=3) == 16
+
+
+def test_a_run_charges_and_records_the_ops_its_algorithm_does():
+    result = simulate(tiny_scenario("nnt"))
+    assert {(r["device"], r["op"], r["basis"]) for r in result.extra["op_costs"]} == {("cpu", "update", "estimate")}
+    updates = [s for s in result.recorder.spans if s.name == "nnt neighbour update"]
+    assert updates and all(s.duration_s > 0 for s in updates)
