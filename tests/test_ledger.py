@@ -91,3 +91,37 @@ def test_a_run_writes_its_ledger(tmp_path):
     ledger = pd.read_csv(tmp_path / "out" / "ledger.csv")
     assert list(ledger.columns) == list(LEDGER_COLUMNS)
     assert sorted(ledger["rank"].unique()) == sorted(result.workers)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS.names()))
+def test_timing_only_charges_what_replay_charges(algorithm):
+    ledgers = []
+    for timing_only in (False, True):
+        scenario = tiny_scenario(algorithm)
+        scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(
+            update={"timing_only": timing_only})})
+        ledgers.append(ledger_table(spans_table(simulate(scenario)))[list(PARTS)].sum())
+    replay, timing = ledgers
+    assert timing.to_dict() == pytest.approx(replay.to_dict(), rel=1e-9, abs=1e-15)
+
+
+def test_a_shape_only_dataset_declares_its_evaluation_set_and_pays_for_it():
+    from simdist.scenario import scenario_from_dict
+
+    scenario = scenario_from_dict({
+        "platform": {"preset": "laptop-cpu", "node": {"devices": 3}},
+        "workload": {"model": {"name": "mlp", "hidden": [16]}, "timing_only": True,
+                     "dataset": {"name": "imagenet-shape", "samples": 96, "input_shape": [8], "test_samples": 500}},
+        "algorithm": {"name": "nnt", "topology": "ring"}, "stop": {"epochs": 1},
+        "compute": {"profiles": [str(__import__("pathlib").Path(__file__).parent / "data" / "tiny_profile.yaml")]}})
+    result = simulate(scenario)
+    evaluations = [s for s in result.recorder.spans if s.name == "nnt evaluation"]
+    assert len(evaluations) == 3 and all(s.duration_s > 0 for s in evaluations)
+    assert evaluations[0].duration_s == pytest.approx(simulate_forward_s(result, 500), rel=1e-9)
+
+
+def simulate_forward_s(result, samples: int) -> float:
+    """A forward pass over ``samples`` under the run's profile: a third of a forward/backward's per-sample
+    part plus its share of the fixed part (simdist.platform.compute, PRODUCTS_PER_LAYER)."""
+    profile = result.extra["compute_profiles"]["host-cpu"]
+    return (profile["t0_s"] + profile["t1_s"] * samples) / 3

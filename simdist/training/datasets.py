@@ -217,6 +217,9 @@ class ShapeOnlyConfig(BaseModel):
     input_shape: Annotated[tuple[Annotated[int, Field(ge=1, le=2**24)], ...], FROM_LIST] = Field(
         (3, 224, 224), min_length=1, max_length=8, description="Shape of one sample. Default (3, 224, 224).")
     classes: int = Field(1000, ge=2, le=2**20, description="Number of classes. Default 1000.")
+    test_samples: int = Field(50_000, ge=0, le=2**40, description=(
+        "Samples of the evaluation set: an algorithm's own evaluation (NNT's) costs a forward pass over them, as "
+        "in replay. Default: ImageNet-1k's 50,000 validation images."))
 
     def shape(self) -> DatasetShape:
         return DatasetShape(self.samples, tuple(self.input_shape), self.classes, 0.0, holds_values=False)
@@ -224,13 +227,14 @@ class ShapeOnlyConfig(BaseModel):
 
 @DATASETS.register(
     "imagenet-shape",
-    "ImageNet-1k's sizes without its images (1,281,167 training samples of 3x224x224, 1000 classes): "
-    "epochs and model shapes for timing-only runs; holds no sample values.",
+    "ImageNet-1k's sizes without its images (1,281,167 training samples of 3x224x224, 1000 classes, 50,000 "
+    "validation samples): epochs, model shapes and evaluation costs for timing-only runs; holds no sample values.",
     citation="Russakovsky et al., ImageNet Large Scale Visual Recognition Challenge, IJCV 115, 2015 (ILSVRC-2012 sizes).",
     config=ShapeOnlyConfig,
 )
 def imagenet_shape(seed: int, config: ShapeOnlyConfig) -> Dataset:
     empty = torch.empty((0, *config.input_shape))
     labels = torch.zeros(config.samples, dtype=torch.int64)  # sharding needs only the count
-    return Dataset("imagenet-shape", empty, labels, empty, torch.zeros(0, dtype=torch.int64),
+    test_labels = torch.zeros(config.test_samples, dtype=torch.int64)  # an evaluation's cost needs only the count
+    return Dataset("imagenet-shape", empty, labels, empty, test_labels,
                    tuple(config.input_shape), config.classes, shape_only=True)
