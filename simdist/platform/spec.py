@@ -7,7 +7,8 @@ or every transfer is striped over all of them: ``node.nic_policy``) and a fabric
 nodes. Links are full duplex unless ``duplex: half`` or ``aggregate_bandwidth`` says
 otherwise; how flows share a bottleneck is ``fabric.sharing`` (``docs/network.md``).
 Individual ranks may differ through ``device_overrides`` (speed factor, CPU share), which is
-how heterogeneous clusters are described.
+how heterogeneous clusters are described. Whether non-blocking communication moves on its own
+or only inside the ranks' calls is ``progress`` (``docs/network.md``, "MPI progress").
 
 Units are strings at the edge (``"200Gbps"``, ``"1.5us"``) or SI numbers.
 """
@@ -191,6 +192,11 @@ class PlatformSpec(_Frozen):
         "docs/calibration.md); default: collectives are priced from the links"))
     messages: MessageCostSpec | None = Field(None, description=(
         "LogGP per-message costs (CPU overhead, gap, eager/rendezvous); default: a message costs its links only"))
+    progress: Literal["async", "on_call"] = Field(
+        "async", description="how non-blocking communication advances (docs/network.md, \"MPI progress\"). async: "
+        "on its own, as with NCCL or an MPI progress thread; on_call: only while its ranks are inside a runtime "
+        "call (a wait, a receive, another collective), as MPICH and Open MPI without a progress thread. "
+        "Default async")
 
     @property
     def device_count(self) -> int:

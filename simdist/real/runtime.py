@@ -27,6 +27,15 @@ which turns each yielded request into MPI calls and records wall-clock spans int
   ``group_size`` (and ``nonblocking``);
 * ``busy`` costs nothing extra: the work it models (a server's update) is real here.
 
+Which progress the MPI library itself gives (the simulator's ``platform.progress``) is probed
+once at start-up (:func:`probe_progress`, about 0.1 s): an ``Iallreduce`` of 4 MiB posted,
+20 ms of compute with no MPI call, then ``Wait``, three times. A wait about as long as the
+allreduce alone means it moved only inside the wait (``on_call``: MPICH 5.0.2 by default);
+one near zero, that it moved meanwhile (``async``: the same MPICH with
+``MPIR_CVAR_ASYNC_PROGRESS=1``). Rank 0 records the figures as an ``mpi_progress`` event
+(``events.csv``), with whether this runtime's own helper thread was on (it makes the run's
+overlap ``async`` whatever the library does).
+
 Waiting: until the awaited peer has arrived, a wait is a test loop that also watches a
 control communicator, so a rank can be told to stop (step limit reached elsewhere, every
 worker done) while blocked. A rank with a core to itself spins for a while before it sleeps
@@ -67,7 +76,7 @@ from ..training.replica import payload_nbytes
 from .progress import Progress
 from .wire import pack, unpack
 
-__all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped", "CpuClock"]
+__all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped", "CpuClock", "probe_progress"]
 
 CTL_STOP, CTL_DONE = 1, 2
 BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are touched only when used)
@@ -76,6 +85,9 @@ _SLEEP_S = 50e-6  # first sleep between tests; a rank sharing its cores doubles 
 _SLEEP_MAX_S = 1e-3
 _CONTROL_EVERY = 16  # tests between looks at the control communicator
 _PROGRESS_S = 1e-3  # how often outstanding non-blocking collectives are tested during a compute
+_PROBE_BYTES = 4 << 20  # the progress probe's allreduce: large enough to leave the eager protocol
+_PROBE_COMPUTE_S = 20e-3  # ... its compute without MPI calls (at least twice the allreduce, at most 40 ms)
+_PROBE_ROUNDS = 3  # ... and how often it is repeated (the host may be busy with other processes)
 
 
 class CpuClock:
@@ -182,6 +194,52 @@ class _CollectiveRequest(_Request):
         return self.done
 
 
+def probe_progress(comm) -> dict[str, Any]:
+    """The progress mode the MPI library shows a non-blocking collective (collective over ``comm``).
+
+    After a warm-up ``Iallreduce`` of :data:`_PROBE_BYTES`, :data:`_PROBE_ROUNDS` rounds each
+    time one allreduce alone (post, then ``Wait``) and one posted before ``compute_s`` of
+    compute that makes no MPI call (twice the first allreduce alone, 20 to 40 ms), whose
+    ``Wait`` is timed. Per round both times are the slowest rank's; ``alone_s`` and
+    ``wait_s`` are their smallest over the rounds (another process taking a core only ever
+    lengthens one). ``observed`` is ``on_call`` when ``wait_s > alone_s / 4`` (the data moved
+    inside the wait), else ``async`` (with a progress thread the wait is tens of
+    microseconds); None on one rank (nothing to move).
+    """
+    from mpi4py import MPI
+
+    figures: dict[str, Any] = {"observed": None, "probe_bytes": _PROBE_BYTES, "alone_s": None, "compute_s": None,
+                               "wait_s": None, "library": MPI.Get_library_version().strip().splitlines()[0].strip()}
+    if comm.Get_size() < 2:
+        return figures
+    probe = comm.Dup()
+    try:
+        send = np.ones(_PROBE_BYTES // 8)
+        recv = np.empty_like(send)
+        probe.Iallreduce(send, recv, MPI.SUM).Wait()  # connections and buffers set up
+        alone, waits, compute_s = [], [], 0.0
+        for _ in range(_PROBE_ROUNDS):
+            probe.Barrier()
+            start = time.perf_counter()
+            probe.Iallreduce(send, recv, MPI.SUM).Wait()
+            alone.append(probe.allreduce(time.perf_counter() - start, op=MPI.MAX))
+            compute_s = compute_s or min(max(_PROBE_COMPUTE_S, 2.0 * alone[0]), 2.0 * _PROBE_COMPUTE_S)
+            probe.Barrier()
+            request = probe.Iallreduce(send, recv, MPI.SUM)
+            until = time.perf_counter() + compute_s
+            while time.perf_counter() < until:  # compute: no MPI call
+                pass
+            start = time.perf_counter()
+            request.Wait()
+            waits.append(probe.allreduce(time.perf_counter() - start, op=MPI.MAX))
+    finally:
+        probe.Free()
+    alone_s, wait_s = min(alone), min(waits)
+    figures.update(observed="on_call" if wait_s > 0.25 * alone_s else "async", alone_s=alone_s,
+                   compute_s=compute_s, wait_s=wait_s)
+    return figures
+
+
 def _as_numpy(tensor: torch.Tensor, reduce: bool) -> tuple[np.ndarray, Any]:
     """A contiguous numpy copy of ``tensor`` and the function turning a same-shaped array back."""
     t = tensor.detach().contiguous()
@@ -199,7 +257,7 @@ class MPIWorld:
 
     def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
                  stop_steps: int | None = None, time_limit_s: float | None = None, spin: bool = True,
-                 progress: bool = True):
+                 progress: bool = True, probe: bool = True):
         from mpi4py import MPI
         from mpi4py.util import pkl5
 
@@ -228,6 +286,10 @@ class MPIWorld:
         MPI.Attach_buffer(self._bsend_buffer)
         threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.progress = Progress(self, _PROGRESS_S) if threaded and progress else None
+        # the library's own progress mode, before the clock starts; None when not probed
+        self.progress_probe = dict(probe_progress(comm), progress_thread=self.progress is not None) if probe else None
+        if self.progress_probe is not None and self.rank == 0:
+            recorder.event("mpi_progress", time_s=0.0, rank=0, **self.progress_probe)
         self.restart_clock()
 
     def pending_collectives(self) -> list["_CollectiveRequest"]:

@@ -133,6 +133,11 @@ class CohortRuntime:
         bucket in order. Bucket k's allreduce starts when the last rank has started it.
         ``bucket_tensors(k)`` gives every rank's tensor of bucket k. The event's value is the
         list of bucket sums; it fires when the last bucket is reduced.
+
+        Under ``platform.progress: on_call`` a bucket's allreduce also waits until every rank
+        is inside a runtime call (:mod:`.progress`): a rank is not before its compute has
+        ended, so no bucket starts before the slowest rank's compute is done, and the buckets
+        then run back to back — as the per-rank processes give.
         """
         self._check_group(group)
         done = self.world.env.event()
@@ -144,6 +149,8 @@ class CohortRuntime:
                     bucket_tensors: Callable[[int], Sequence[Any]], algorithm: str, done: simpy.Event):
         world, env = self.world, self.world.env
         compute_end = computing.start_s + computing.durations_s
+        # on_call: nothing moves before every rank has finished computing and waits
+        earliest_s = float(compute_end.max()) if world.on_call is not None else -math.inf
         ops: list[tuple[float, float]] = []
         sums = []
         joined = np.full(len(self.ranks), computing.start_s)  # each rank's own clock
@@ -152,7 +159,7 @@ class CohortRuntime:
             if ops:  # ... and bucket k-1 has been reduced
                 start, end = ops[-1]
                 joined = self._blocked(joined, np.maximum(joined, end), start, compute_end)
-            start = float(joined.max())
+            start = max(float(joined.max()), earliest_s)
             if start > env.now:
                 yield env.timeout(start - env.now)
             tensors = list(bucket_tensors(k))

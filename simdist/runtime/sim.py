@@ -11,7 +11,9 @@ collectives in progress, the recorder); :class:`SimRuntime` is one rank's view o
 algorithm generator is driven by :meth:`SimWorld.spawn`, which hands it the values of the
 requests it yields and records, per rank, the time spent blocked in communication (``comm``
 once data moves, ``wait`` while peers have not arrived yet). What a rank waits on is a
-:mod:`.requests` object; collectives are matched and run by :mod:`.sim_collectives`.
+:mod:`.requests` object; collectives are matched and run by :mod:`.sim_collectives`. Under
+``platform.progress: on_call`` the driver also tells :mod:`.progress` when a rank is inside a
+runtime call, which non-blocking collectives and rendezvous messages wait for.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..training.replica import sent_copy
 from .base import ANY, Group, Message
 from .cohort import CohortProcess, CohortRuntime
 from .collectives import FIDELITIES
+from .progress import OnCallProgress
 from .requests import ComputeRequest, ReadyReceive, Request, SendRequest
 from .sim_collectives import CollectiveExecution
 
@@ -86,6 +89,8 @@ class SimWorld(CollectiveExecution):
         self._init_collectives()
         self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
+        # platform.progress: on_call tracks who is inside a runtime call; async (None) lets everything move
+        self.on_call = OnCallProgress(self.env) if platform.spec.progress == "on_call" else None
 
     def _core_sharing(self, platform: Platform) -> _CoreSharing | None:
         """Processor sharing of node cores: a flow network of rank caps and core pools (one per
@@ -138,10 +143,13 @@ class SimWorld(CollectiveExecution):
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
+        on_call = self.on_call
         while True:
             try:
                 request = generator.send(value)
             except StopIteration:
+                if on_call is not None:
+                    on_call.finished(rank)
                 return
             if not isinstance(request, Request):
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
@@ -149,7 +157,12 @@ class SimWorld(CollectiveExecution):
                 value = request.ready_value
                 continue
             waited_from = self.env.now
-            value = yield request.event
+            if on_call is not None and request.kind == "comm":  # inside a runtime call while it waits
+                on_call.wait(rank, request)
+                value = yield request.event
+                on_call.resumed(rank)
+            else:
+                value = yield request.event
             if rank in self.crashed:  # the node died while this rank waited: it never runs again
                 if request.kind == "compute":
                     self._count_drop("gradients", rank, 1)
@@ -163,6 +176,8 @@ class SimWorld(CollectiveExecution):
         """The node's ranks stop now: not resumed again; their undelivered mail is dropped."""
         for rank in ranks:
             self.crashed.add(rank)
+            if self.on_call is not None:
+                self.on_call.left(rank)
             for message in self._mailboxes[rank]:
                 self._count_drop("messages", rank, 1)
                 self._count_drop("bytes", rank, message.nbytes)
@@ -199,6 +214,8 @@ class SimWorld(CollectiveExecution):
                                  duration_s=duration, env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
                                  grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + duration
+        if self.on_call is not None:
+            self.on_call.computing(rank, request.event)
         self.recorder.span(rank, "compute", "forward/backward", start, start + duration, batch_size=batch_size)
         return request
 
@@ -216,6 +233,8 @@ class SimWorld(CollectiveExecution):
                                  resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
                                  grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + estimate
+        if self.on_call is not None:
+            self.on_call.computing(rank, request.event)
 
         def finish() -> None:
             self._leave_pool(rank)
@@ -257,7 +276,10 @@ class SimWorld(CollectiveExecution):
             return self._shared_busy(rank, duration_s, name, value)
         self.recorder.span(rank, "compute", name, start, start + duration_s)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
-        return Request("busy", name, self.env.timeout(duration_s, value), start)
+        request = Request("busy", name, self.env.timeout(duration_s, value), start)
+        if self.on_call is not None:
+            self.on_call.computing(rank, request.event)
+        return request
 
     def inference(self, rank: int, samples: int, run: Callable[[], Any] | None = None,
                   name: str = "inference") -> Request:
@@ -273,6 +295,8 @@ class SimWorld(CollectiveExecution):
         """Busy work on the rank's shared cores; its duration emerges from the sharing."""
         env, start, device = self.env, self.env.now, self.platform.devices[rank]
         request = Request("busy", name, env.event(), start)
+        if self.on_call is not None:
+            self.on_call.computing(rank, request.event)
         self._enter_pool(rank)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
 
@@ -293,6 +317,8 @@ class SimWorld(CollectiveExecution):
         data, nbytes = sent_copy(payload)
         sent = self.env.now
         request = SendRequest(self.env, sent)
+        if self.on_call is not None:
+            self.on_call.called(src)
 
         def deliver() -> None:
             self._deliver(Message(src, dst, tag, data, nbytes, sent, self.env.now))
@@ -311,7 +337,8 @@ class SimWorld(CollectiveExecution):
         The sender injects it once its previous message is ``max(g, o_s)`` behind, spends
         ``o_s`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`), a message above
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
-        the message is in its mailbox.
+        the message is in its mailbox. Under ``progress: on_call`` a message above the eager
+        limit goes only once the receiver answers the handshake (:mod:`.progress`).
         """
         costs, now = self.message_costs, self.env.now
         inject_s = max(now, self._next_injection_s.get(src, 0.0))
@@ -324,6 +351,10 @@ class SimWorld(CollectiveExecution):
                 self.env.timeout(costs.recv_overhead).callbacks.append(lambda _event: deliver())
         else:
             arrived = deliver
+        if self.on_call is not None and costs.eager_limit is not None and nbytes > costs.eager_limit:
+            self.on_call.answer(dst, lambda: self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst,
+                                                                         latency_s=delay_s))
+            return
         self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst, latency_s=delay_s)
 
     def _owed_cpu_s(self, rank: int) -> float:
@@ -349,6 +380,8 @@ class SimWorld(CollectiveExecution):
         self._mailboxes[message.dst].append(message)
 
     def poll(self, rank: int, src: int = ANY, tag: int = ANY) -> Message | None:
+        if self.on_call is not None:
+            self.on_call.called(rank)
         box = self._mailboxes[rank]
         for i, message in enumerate(box):
             if self._matches(message, src, tag):

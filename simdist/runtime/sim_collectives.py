@@ -15,6 +15,10 @@ traffic (their time beside it minus their time alone) is added: contention stays
 model's, the uncontended cost is the measurement's. Where no table applies, each step also
 pays the platform's per-message costs (``messages``: LogGP o, g and the rendezvous
 handshake) and the reduction's arithmetic (``collectives.reduce_bandwidth``, gamma).
+
+Under ``platform.progress: on_call`` a collective that any member called non-blocking starts
+its schedule only once every member is inside a runtime call at the same moment
+(:mod:`.progress`); until then its members' waits count as ``wait``, not ``comm``.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ class CollectiveExecution:
             raise SimulationError(f"rank {rank} calls {kind} on group {group.ranks} it is not a member of")
         if root is not None and root not in group:
             raise SimulationError(f"rank {rank} calls {kind} with root {root}, which is not in group {group.ranks}")
+        if self.on_call is not None:
+            self.on_call.called(rank)
         key = (group.ranks, rank)
         seq = self._collective_seq.get(key, 0)
         self._collective_seq[key] = seq + 1
@@ -87,6 +93,10 @@ class CollectiveExecution:
         return request
 
     def _run_collective(self, op: _CollectiveOp):
+        if self.on_call is not None and not all(op.blocking.values()):  # on_call: moves inside calls only
+            gate = self.on_call.all_inside(op.group.ranks)
+            if gate is not None:
+                yield gate
         start = self.env.now
         for request in op.requests.values():
             request.started_s = start
