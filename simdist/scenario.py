@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from .config import USER_CONFIG, describe_validation_error
 from .errors import InputError
 from .faults import FaultsConfig, check_faults
+from .platform.noise import NoiseSpec
 from .platform.presets import PLATFORMS
 from .platform.spec import Interval, LatencySeconds, PlatformSpec
 from .platform.stragglers import StragglerSpec
@@ -150,6 +151,23 @@ class ComputeConfig(_Config):
     threads: int = Field(1, ge=1, le=256, description="torch threads used for the real math (1 keeps runs bitwise reproducible)")
     stragglers: list[StragglerSpec] = Field(default_factory=list,
                                             description="ranks slowed by a factor in fixed, periodic or random windows")
+    noise: NoiseSpec | None = Field(None, description="correlated compute noise: per-node, per-rank and straggler "
+                                    "factors, correlated over steps (docs/noise.md); off when absent")
+
+    @field_validator("noise")
+    @classmethod
+    def _one_jitter(cls, value: NoiseSpec | None, info):
+        if value is not None and value.enabled and info.data.get("noise_sigma", 0.0) > 0:
+            raise ValueError("give noise_sigma or noise, not both (noise_sigma: s is noise: {rank_sigma: s} "
+                             "without correlation); set noise_sigma to 0 to use a calibrated noise section")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _absent_noise_unwritten(self, handler):
+        data = handler(self)  # no noise section: the resolved scenario (and its content hash) is as before
+        if self.noise is None and isinstance(data, dict):
+            data.pop("noise", None)
+        return data
 
 
 class OutputConfig(_Config):

@@ -114,7 +114,7 @@ class Simulation:
             self.platform, load_profiles(_profile_paths(scenario)), model=self.workload.model_name,
             forward_flops_per_sample=self.workload.forward_flops_per_sample,
             parameter_layers=sum(1 for layer in self.workload.layers if layer.forward_flops_per_sample > 0),
-            seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma,
+            seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma, noise=scenario.compute.noise,
             efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s,
             stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None)
         self.op_costs = OpCostModel(self.platform, merge_measured(

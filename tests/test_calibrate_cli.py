@@ -42,7 +42,7 @@ def test_calibrate_parser_uses_the_callers_parser_class_and_sets_func():
     calibrate = sub.choices["calibrate"]
     assert isinstance(calibrate, OneLineParser)
     inner = next(a for a in calibrate._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
-    assert set(inner.choices) == {"compute", "network", "trace", "cpu-share"}
+    assert set(inner.choices) == {"compute", "network", "trace", "cpu-share", "noise"}
     assert all(isinstance(p, OneLineParser) for p in inner.choices.values())
     with pytest.raises(SystemExit) as info:
         parse(["calibrate"])

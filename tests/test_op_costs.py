@@ -67,3 +67,24 @@ def test_a_run_charges_and_records_the_ops_its_algorithm_does():
     assert {(r["device"], r["op"], r["basis"]) for r in result.extra["op_costs"]} == {("cpu", "update", "estimate")}
     updates = [s for s in result.recorder.spans if s.name == "nnt neighbour update"]
     assert updates and all(s.duration_s > 0 for s in updates)
+
+
+def test_an_aggregating_server_sums_every_push_and_applies_once_per_round():
+    scenario = tiny_scenario("nsoftsync")  # n = 1: the server averages all 3 workers' gradients per round
+    result = simulate(scenario.model_copy(update={"algorithm": {**scenario.algorithm, "n": 1}}))
+    server = [r.rank for r in result.ranks if r.role == "server"][0]
+    spans = [s for s in result.recorder.spans if s.rank == server]
+    accumulated = [s for s in spans if s.name == "accumulate"]
+    applied = [s for s in spans if s.name == "apply"]
+    rounds = len({row["version"] for row in result.recorder.updates})
+    assert len(accumulated) == len(result.recorder.updates) and len(applied) == rounds
+    assert accumulated[0].duration_s > 0
+    assert accumulated[0].duration_s == pytest.approx(applied[0].duration_s)  # both 12 bytes per parameter
+
+
+def test_an_asynchronous_server_applies_every_push():
+    result = simulate(tiny_scenario("asgd"))
+    server = [r.rank for r in result.ranks if r.role == "server"][0]
+    names = {s.name for s in result.recorder.spans if s.rank == server and s.kind == "compute"}
+    applied = [s for s in result.recorder.spans if s.rank == server and s.name == "apply"]
+    assert names == {"apply"} and len(applied) == len(result.recorder.updates)

@@ -51,7 +51,10 @@ gradient count are kept in :attr:`ParameterServerAlgorithm.servers_` for inspect
 
 A push costs the server the ``update`` op over its shard (w ← w − η·g: 12 bytes per float32
 parameter), measured by ``calibrate compute`` or estimated from the server device's memory
-bandwidth (:mod:`simdist.platform.op_costs`); ``apply_time_per_param`` overrides it.
+bandwidth (:mod:`simdist.platform.op_costs`); ``apply_time_per_param`` overrides it. A server
+that applies gradients one by one (``group_size`` 1, asgd) pays it per push (``apply``); one
+that aggregates a round (n-softsync, DBS) pays it per push to sum the gradient in
+(``accumulate``, the same bytes) and once more per round to apply the aggregate (``apply``).
 """
 
 from __future__ import annotations
@@ -316,8 +319,8 @@ class ParameterServerAlgorithm(Algorithm):
                 raise SimulationError(f"server rank {rt.rank} got a message with tag {message.tag} from rank "
                                       f"{message.src}; servers expect only pulls ({TAG_PULL}) and pushes ({TAG_PUSH})")
             push, src = message.payload, message.src
-            if cost_s > 0:
-                yield rt.busy(cost_s, "apply")
+            if cost_s > 0:  # applied at once (asgd), or summed into the round's aggregate
+                yield rt.busy(cost_s, "apply" if self.group_size == 1 else "accumulate")
             index = self._index_of[src]
             self.on_push(server, index, push)
             server.pending.append(PendingGradient(src, index, push["grad"], push["version"], push["batch_size"],
@@ -327,6 +330,8 @@ class ParameterServerAlgorithm(Algorithm):
             if self.reply_after_update:
                 server.deferred.append(src)
             if len(server.pending) >= self.group_size or self._no_more_gradients(server):
+                if self.group_size > 1 and cost_s > 0:  # the aggregate is applied once per round
+                    yield rt.busy(cost_s, "apply")
                 self._apply(rt, server)
             if not self.reply_after_update:
                 self._reply(rt, server, src, ack=push["final"])

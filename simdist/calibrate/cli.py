@@ -5,6 +5,7 @@
     simdist calibrate network   [--ranks 2] [--out calibration/platforms/host-shm.yaml] [--max-size 4MiB]
     simdist calibrate trace     FILE... [--format auto] [--out OVERLAY.yaml] [--summary SUMMARY.yaml]
     simdist calibrate cpu-share [--ranks 1,2,4] [--cores 1,2] [--out calibration/cpu_share/host-cpu.yaml]
+    simdist calibrate noise     FILE... [--format auto] [--out OVERLAY.yaml] [--ranks-per-node N] (noise_fit.py)
 
 :func:`add_calibrate_parser` adds the ``calibrate`` command to the main parser's
 sub-commands; each sub-command sets ``func`` to a handler ``(args) -> int``. Handlers raise
@@ -362,6 +363,9 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     share.add_argument("--batch-size", type=int_between(1), default=64, help="batch size of each step (default 64)")
     share.add_argument("--out", default="calibration/cpu_share/host-cpu.yaml", help="file to write (default %(default)s)")
     share.set_defaults(func=_cmd_cpu_share)
+
+    from .noise_fit import add_noise_parser
+    add_noise_parser(sub)
     return calibrate
 
 

@@ -613,7 +613,7 @@ def run(args: argparse.Namespace, command: str, require_slope: bool = True) -> t
     key = profile_key(device)
     out = Path(args.out) if args.out else Path("calibration") / "profiles" / f"{key}.yaml"
     document = profile_document(profiles, args.threads, key, torch_device=device, command=command,
-                                allocator=allocator, ops=measure_ops(device=device))
+                                allocator=allocator, ops=measure_ops(device=device, place=_place))
     write_profile(out, document, command)
     return out, document
 
@@ -633,7 +633,7 @@ def _run_scenario(args: argparse.Namespace, command: str, device: str, batch_siz
         _check_slope(profiles, target.batch_sizes)
     document = profile_document(profiles, args.threads, target.profile_device, torch_device=device, command=command,
                                 allocator=allocator, scenario=_scenario_block(target), inputs=[target.path],
-                                ops=measure_ops(device=device))
+                                ops=measure_ops(device=device, place=_place))
     write_profile(out, document, command)
     return out, document
 

@@ -23,9 +23,13 @@ __all__ = ["DEFAULT_OP_PARAMS", "measure_ops"]
 DEFAULT_OP_PARAMS = 1 << 22
 
 
-def _kernels(params: int, device: str) -> dict[str, Callable[[], None]]:
-    w, g, w_old, out = (torch.randn(params, device=device) for _ in range(4))
-    neighbours = [torch.randn(params, device=device) for _ in range(3)]
+def _on_device(tensor: torch.Tensor, device: str) -> torch.Tensor:
+    return tensor.to(device)
+
+
+def _kernels(params: int, device: str, place: Callable) -> dict[str, Callable[[], None]]:
+    w, g, w_old, out = (place(torch.randn(params), device) for _ in range(4))
+    neighbours = [place(torch.randn(params), device) for _ in range(3)]
 
     def update() -> None:  # w <- w - lr * g
         w.add_(g, alpha=-1e-3)
@@ -65,9 +69,11 @@ def _median_s(kernel: Callable[[], None], device: str, budget_s: float) -> float
     return times[len(times) // 2]
 
 
-def measure_ops(params: int = DEFAULT_OP_PARAMS, device: str = "cpu", budget_s: float = 0.2) -> dict[str, float]:
-    """Seconds per parameter of each op (``average`` per input buffer) on ``device``."""
-    kernels = _kernels(params, device)
+def measure_ops(params: int = DEFAULT_OP_PARAMS, device: str = "cpu", budget_s: float = 0.2,
+                place: Callable = _on_device) -> dict[str, float]:
+    """Seconds per parameter of each op (``average`` per input buffer) on ``device`` (tensors moved
+    there by ``place(tensor, device)``, the profile's own placement)."""
+    kernels = _kernels(params, device, place)
     per_param = {op: _median_s(kernel, device, budget_s) / params for op, kernel in kernels.items()}
     per_param["average"] /= 4  # four input buffers
     return per_param

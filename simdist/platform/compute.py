@@ -17,8 +17,10 @@ The duration of one forward/backward of a rank is
   ``docker --cpus``: a rank at 1.5 CPUs computes 1.5× as fast as one at 1 CPU — the
   profile was measured on one core).
 * ``jitter`` is lognormal with mean 1 and log-standard-deviation ``noise_sigma``, drawn
-  from the rank's own seeded stream ``compute-noise/rank<r>``; straggler windows
-  (:mod:`simdist.platform.stragglers`) multiply it further.
+  from the rank's own seeded stream ``compute-noise/rank<r>``; the correlated noise model
+  (:mod:`simdist.platform.noise`: per-node, per-rank and straggler factors, correlated over a
+  rank's steps, a step being one forward/backward) and straggler windows
+  (:mod:`simdist.platform.stragglers`) multiply it further, in that order.
 
 A forward pass alone (an algorithm's own evaluation of its replica) takes one
 ``PRODUCTS_PER_LAYER``-th of a forward/backward of as many samples: each layer does one
@@ -43,6 +45,7 @@ import yaml
 
 from ..errors import InputError
 from ..seeding import numpy_stream
+from .noise import NoiseModel, NoiseSpec
 from .stragglers import StragglerSchedule
 from .topology import Platform
 
@@ -147,11 +150,13 @@ class ComputeModel:
     def __init__(self, platform: Platform, timings: dict[tuple[str, str], ModelTiming], *, model: str,
                  forward_flops_per_sample: float, parameter_layers: int, seed: int, noise_sigma: float = 0.0,
                  efficiency: float = 0.4, kernel_overhead_s: float = 10e-6,
-                 stragglers: StragglerSchedule | None = None):
+                 stragglers: StragglerSchedule | None = None, noise: NoiseSpec | None = None):
         self.platform = platform
         self.noise_sigma = noise_sigma
         self.stragglers = stragglers
         self._noise = [numpy_stream(seed, f"compute-noise/rank{d.rank}") for d in platform.devices]
+        self.noise = NoiseModel(noise, seed, [d.node for d in platform.devices]) \
+            if noise is not None and noise.enabled else None
         self._base: dict[str, ModelTiming] = {}
         self._vector_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
         for device in platform.devices:
@@ -210,6 +215,8 @@ class ComputeModel:
         if self.noise_sigma > 0:
             s = self.noise_sigma
             work *= math.exp(s * self._noise[rank].standard_normal() - 0.5 * s * s)
+        if self.noise is not None:
+            work *= self.noise.next_factor(rank)
         if self.stragglers is not None:
             work *= self.stragglers.factor(rank, now_s)
         return work
@@ -218,7 +225,8 @@ class ComputeModel:
         """:meth:`duration_s` of every rank in ``ranks`` (rank order), as one array.
 
         The same floating-point operations in the same order, and one draw per rank from
-        its own noise stream, so each entry equals what ``duration_s`` would have returned.
+        its own noise stream (one step of each rank's correlated noise), so each entry equals
+        what ``duration_s`` would have returned.
         """
         key = tuple(ranks)
         cached = self._vector_cache.get(key)
@@ -228,12 +236,15 @@ class ComputeModel:
             cached = self._vector_cache[key] = (
                 np.array([t.t0_s for t in timings]), np.array([t.t1_s for t in timings]),
                 np.array([d.speed for d in devices], dtype=float),
-                np.array([d.cpus if d.cpus is not None else 1.0 for d in devices], dtype=float))
-        t0, t1, speed, share = cached
+                np.array([d.cpus if d.cpus is not None else 1.0 for d in devices], dtype=float),
+                np.asarray(ranks, dtype=np.int64))
+        t0, t1, speed, share, rank_index = cached
         work = (t0 + t1 * batch_size) / speed
         if self.noise_sigma > 0:
             s = self.noise_sigma
             work = work * np.array([math.exp(s * self._noise[r].standard_normal() - 0.5 * s * s) for r in ranks])
+        if self.noise is not None:
+            work = work * self.noise.next_factors(rank_index)
         if self.stragglers is not None:
             work = work * np.array([self.stragglers.factor(r, now_s) for r in ranks])
         return work / share
