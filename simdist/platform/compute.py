@@ -46,6 +46,7 @@ import yaml
 from ..errors import InputError
 from ..seeding import numpy_stream
 from .noise import NoiseModel, NoiseSpec
+from .devices import DEVICE_KINDS
 from .stragglers import StragglerSchedule
 from .topology import Platform
 
@@ -144,6 +145,29 @@ def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], M
         yield (data["device"], str(model)), ModelTiming(t0, t1, flops, str(path))
 
 
+def co_run_factors(platform: Platform) -> np.ndarray | None:
+    """Each rank's slow-down from the CPU ranks it shares its node with (``node.co_run``), or None.
+
+    A node's cpu ranks that share one core pool (the node's ``cores``, or a ``core_sets`` set;
+    without either each rank has its own cpus) are ``k`` ranks on ``c`` cores: alone (``k = 1``)
+    nothing; ``k <= c`` the undersubscribed factor (caches, memory bandwidth); ``k > c`` the
+    oversubscribed one, on top of processor sharing (:mod:`simdist.calibrate.cpu_share`).
+    """
+    node = platform.spec.node
+    if node.co_run is None:
+        return None
+    pools = [(node.cores if node.cores is not None else float(node.devices), list(range(node.devices)))] \
+        if node.core_sets is None else [(cs.cores, cs.devices) for cs in node.core_sets]
+    per_local = np.ones(node.devices)
+    for cores, members in pools:
+        k = len(members)
+        if k >= 2:
+            per_local[members] = node.co_run.oversubscribed_factor if k > cores else node.co_run.undersubscribed_factor
+    factors = np.array([per_local[d.local_rank] if not DEVICE_KINDS.get(d.kind).is_gpu else 1.0
+                        for d in platform.devices])
+    return factors if np.any(factors != 1.0) else None
+
+
 class ComputeModel:
     """Forward/backward durations of every rank for one workload."""
 
@@ -159,6 +183,7 @@ class ComputeModel:
             if noise is not None and noise.enabled else None
         self._base: dict[str, ModelTiming] = {}
         self._vector_cache: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
+        self.co_run = co_run_factors(platform)  # None: no rank is slowed by its neighbours
         for device in platform.devices:
             key = device.profile_device
             if key not in self._base:
@@ -192,7 +217,8 @@ class ComputeModel:
         device = self.platform.devices[rank]
         timing = self._base[device.profile_device]
         share = device.cpus if device.cpus is not None else 1.0
-        return (timing.t0_s + timing.t1_s * batch_size) / (device.speed * share)
+        base = (timing.t0_s + timing.t1_s * batch_size) / (device.speed * share)
+        return base * self.co_run[rank] if self.co_run is not None else base
 
     def forward_s(self, rank: int, samples: int) -> float:
         """A forward pass alone over ``samples`` samples on ``rank`` (an evaluation): noiseless, on its CPU share."""
@@ -212,6 +238,8 @@ class ComputeModel:
         device = self.platform.devices[rank]
         timing = self._base[device.profile_device]
         work = (timing.t0_s + timing.t1_s * batch_size) / device.speed
+        if self.co_run is not None:
+            work *= self.co_run[rank]
         if self.noise_sigma > 0:
             s = self.noise_sigma
             work *= math.exp(s * self._noise[rank].standard_normal() - 0.5 * s * s)
@@ -240,6 +268,8 @@ class ComputeModel:
                 np.asarray(ranks, dtype=np.int64))
         t0, t1, speed, share, rank_index = cached
         work = (t0 + t1 * batch_size) / speed
+        if self.co_run is not None:
+            work = work * self.co_run[rank_index]
         if self.noise_sigma > 0:
             s = self.noise_sigma
             work = work * np.array([math.exp(s * self._noise[r].standard_normal() - 0.5 * s * s) for r in ranks])

@@ -25,7 +25,7 @@ from .devices import DEVICE_KINDS
 from .links import LINK_KINDS
 from .quantities import MAX_DEVICES, MIN_CPUS, BytesPerSecond, FlopsPerSecond, Interval, LatencySeconds, Seconds
 
-__all__ = ["LinkSpec", "DeviceSpec", "CoreSet", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
+__all__ = ["LinkSpec", "DeviceSpec", "CoreSet", "CoRunSpec", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
            "Seconds", "LatencySeconds", "Interval", "BytesPerSecond", "FlopsPerSecond", "MAX_DEVICES"]
 
 
@@ -109,6 +109,18 @@ class CoreSet(_Frozen):
         min_length=1, description="the node's devices (local ranks 0..devices-1) pinned to the set")
 
 
+class CoRunSpec(_Frozen):
+    """How a node's CPU ranks slow each other beyond sharing cores (caches, memory bandwidth,
+    SMT, context switches), as ``simdist calibrate cpu-share`` measures it."""
+
+    undersubscribed_factor: float = Field(1.0, ge=1.0, le=10.0, description=(
+        "slow-down of every rank when 2 or more ranks run on at least as many cores (k <= c): shared caches "
+        "and memory bandwidth. Default 1"))
+    oversubscribed_factor: float = Field(1.0, ge=1.0, le=10.0, description=(
+        "slow-down on top of processor sharing when more ranks than cores (k > c): context switches. Default 1"))
+    source: str = Field(min_length=1, description="where the factors come from (the cpu-share calibration file)")
+
+
 class NodeSpec(_Frozen):
     """One node: its devices, intra-node interconnect and NICs."""
 
@@ -121,6 +133,9 @@ class NodeSpec(_Frozen):
         "sharing) by the devices pinned to it; a device in no set has its cpus to itself")
     intra_link: LinkSpec = Field(LinkSpec(kind="shm"), description="device ↔ node interconnect port, per device")
     nics: int = Field(1, ge=1, le=64, description="network interfaces per node; device k uses NIC k mod nics")
+    co_run: CoRunSpec | None = Field(None, description=(
+        "measured slow-down of cpu ranks that share the node (simdist calibrate cpu-share --overlay); default: "
+        "none beyond processor sharing"))
     nic_policy: Literal["by-device", "multi-rail"] = Field(
         "by-device", description="which NICs a transfer to another node uses. by-device: device k's NIC k mod nics; "
         "multi-rail: all of them, the transfer split evenly in one stripe per NIC (stripe k leaves by NIC k and "
