@@ -133,3 +133,30 @@ def test_a_csv_gives_one_table_per_collective_and_size(tmp_path):
     tables = yaml.safe_load(out.read_text())["collectives"]["tables"]
     assert {(t["op"], t["ranks"]) for t in tables} == {("allreduce", 8), ("broadcast", 16)}
     assert next(t for t in tables if t["op"] == "allreduce")["algorithm"] == "ring"
+
+
+def test_measured_overheads_leave_the_link_and_become_message_costs():
+    from simdist.calibrate.overlay import apply_overheads
+
+    sizes = np.array([2.0**k for k in range(0, 23)])
+    times = np.where(sizes <= 8192, 2e-6 + sizes / 5e9, 10e-6 + sizes / 5e9)
+    link, _p, _r = fit_p2p_link(sizes, times, field_name="intra_link", kind="shm", source="sweep")
+    apply_overheads(link, {"send_overhead_s": 0.4e-6, "recv_overhead_s": 0.6e-6, "gap_s": 0.3e-6,
+                           "size_bytes": 8, "messages": 2000})
+    assert link.latency_s == pytest.approx(1e-6, rel=1e-3)  # 2 us eager intercept - o_s - o_r
+    m = link.messages
+    assert (m["send_overhead"], m["recv_overhead"], m["gap"], m["eager_limit"]) == (0.4e-6, 0.6e-6, 0.3e-6, 8192)
+    assert "LogP overheads of 2000 messages" in m["source"] and "large-message intercept" in m["source"]
+    from simdist.platform.cost_spec import MessageCostSpec
+    assert MessageCostSpec(**m).handshake_s(65536) == pytest.approx(8e-6, rel=1e-3)
+
+
+def test_overheads_larger_than_the_intercept_stay_in_the_latency():
+    from simdist.calibrate.overlay import apply_overheads
+
+    sizes = np.array([2.0**k for k in range(0, 23)])
+    link, _p, _r = fit_p2p_link(sizes, 2e-6 + sizes / 5e9, field_name="intra_link", kind="shm", source="sweep")
+    apply_overheads(link, {"send_overhead_s": 1.5e-6, "recv_overhead_s": 1.5e-6, "gap_s": 4e-6,
+                           "size_bytes": 8, "messages": 2000})
+    assert link.latency_s == pytest.approx(2e-6, rel=1e-3) and "overlap the transfer" in link.basis
+    assert link.messages["gap"] == 4e-6 and "send_overhead" not in link.messages

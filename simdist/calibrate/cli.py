@@ -161,8 +161,11 @@ def _cmd_network(args: argparse.Namespace) -> int:
         print(f"\n{_table_note(table)}")
     if "messages" in overlay:
         m = overlay["messages"]
-        print(f"messages: eager up to {format_bytes(m['eager_limit'])}, rendezvous handshake "
-              f"{format_time(m['rendezvous_latency'])}")
+        parts = [f"{name} {format_time(m[key])}" for name, key in (("send overhead", "send_overhead"),
+                 ("receive overhead", "recv_overhead"), ("gap", "gap"), ("rendezvous handshake", "rendezvous_latency"))
+                 if m.get(key)]
+        eager = f"eager up to {format_bytes(m['eager_limit'])}, " if m.get("eager_limit") is not None else ""
+        print(f"messages: {eager}{', '.join(parts)}")
     print(f"\nwrote {args.out}")
     return 0
 

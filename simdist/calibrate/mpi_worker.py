@@ -1,9 +1,11 @@
-"""MPI sweep run under ``mpiexec`` by ``simdist calibrate network`` (ping-pong and allreduce).
+"""MPI sweep run under ``mpiexec`` by ``simdist calibrate network`` (ping-pong, LogP overheads, allreduce).
 
     mpiexec -n 2 python -m simdist.calibrate.mpi_worker --out sweep.json [--sizes 0,1,..] [--budget-s 0.25]
 
 Rank 0 ping-pongs with one peer of each link class — the first rank on its own host
-(``intra``) and the first on another host (``inter``) — while the other ranks wait; then all
+(``intra``) and the first on another host (``inter``) — and measures the LogP send and
+receive overheads and the gap of small messages with it (:func:`_overheads`), while the
+other ranks wait; then all
 ranks run ``MPI_Allreduce`` on float32 buffers. Every size gets two warm-up operations and a
 probe (the fastest of three) that sets its repetition count so the size takes about
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
@@ -83,6 +85,41 @@ def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: i
     return _sweep(sizes, timed, decide, budget_s, batches)
 
 
+def _overheads(comm, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
+    """LogP overheads between rank 0 and ``peer``, as Culler et al. measure them (rank 0 sends).
+
+    ``send_overhead_s``: how long posting a small (eager) ``Isend`` keeps the sender (the call
+    returns once the message is buffered); ``gap_s``: time per message of a stream of them;
+    ``recv_overhead_s``: how long a ``Recv`` of a message that has already arrived takes (the
+    receiver slept while they arrived). Medians over ``count`` messages; None on other ranks.
+    """
+    rank = comm.Get_rank()
+    buf = np.zeros(size, dtype=np.uint8)
+    if rank == 0:
+        posts, requests = [], []
+        stream_start = time.perf_counter()
+        for _ in range(count):
+            start = time.perf_counter()
+            requests.append(comm.Isend([buf, size], dest=peer, tag=_TAG + 2))
+            posts.append(time.perf_counter() - start)
+        stream_s = time.perf_counter() - stream_start
+        for request in requests:
+            request.Wait()
+        comm.send(None, dest=peer, tag=_TAG + 3)
+        recv_s = comm.recv(source=peer, tag=_TAG + 4)
+        return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
+                "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}
+    comm.recv(source=0, tag=_TAG + 3)
+    time.sleep(0.02)  # every message has arrived: a receive now only takes it in
+    receives = []
+    for _ in range(count):
+        start = time.perf_counter()
+        comm.Recv([buf, size], source=0, tag=_TAG + 2)
+        receives.append(time.perf_counter() - start)
+    comm.send(float(np.median(receives)), dest=0, tag=_TAG + 4)
+    return None
+
+
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
     """Time per MPI_Allreduce of float32 buffers: the slowest rank's, after a barrier."""
     from mpi4py import MPI
@@ -139,8 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for link_class, peer in _peers(hosts).items():
         if rank in (0, peer):
             rows = _pingpong(comm, peer, sizes, args.budget_s, args.batches)
+            overheads = _overheads(comm, peer)
             if rank == 0:
-                pingpong[link_class] = {"peer": peer, "rows": rows}
+                pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         comm.Barrier()
     allreduce = [] if args.no_allreduce or size < 2 else _allreduce(comm, sizes, args.budget_s, args.batches)
     if rank == 0:

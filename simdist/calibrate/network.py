@@ -37,7 +37,7 @@ from ..errors import InputError
 from .collective_fit import CollectiveFit
 from .cost_tables import collectives_section, table_from_sweep
 from .mpi_worker import DEFAULT_SIZES
-from .overlay import LinkFit, build_overlay, columns, fit_p2p_link, per_size_table
+from .overlay import LinkFit, apply_overheads, build_overlay, columns, fit_p2p_link, per_size_table
 
 __all__ = ["find_mpiexec", "run_sweep", "fit_sweep", "network_overlay", "measure_reduce_bandwidth"]
 
@@ -99,6 +99,7 @@ def fit_sweep(document: dict[str, Any], *, large_message_bytes: float = 65536, i
                                                 max_segments=max_segments, tolerance=tolerance)
         link.details["spread"] = [{"size_bytes": r["size_bytes"], "min_s": r["min_s"], "max_s": r["max_s"],
                                    "reps": r["reps"]} for r in rows]
+        apply_overheads(link, measured.get("overheads"))
         links.append(link)
     return links
 

@@ -28,7 +28,7 @@ from ..platform.links import LINK_KINDS
 from ..fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
 from .provenance import make_provenance, write_yaml
 
-__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "per_size_table", "columns", "build_overlay", "write_overlay",
+__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "apply_overheads", "per_size_table", "columns", "build_overlay", "write_overlay",
            "check_link_kind"]
 
 LINK_FIELDS = ("intra_link", "nic_link")
@@ -133,6 +133,34 @@ def messages_from_pingpong(piecewise: PiecewiseAlphaBetaFit, link: LinkFit) -> d
     return {"eager_limit": int(eager.to_bytes), "rendezvous_latency": handshake_s,
             "source": f"{link.source}: one-way message times, large-message intercept (sizes >= {int(large_from)} B) "
                       f"minus the intercept of the regime {int(eager.from_bytes)} - {int(eager.to_bytes)} B"}
+
+
+def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
+    """Split measured LogP overheads out of ``link``'s latency into its ``messages``.
+
+    A ping-pong's one-way time is ``o_s + L + S/B + o_r``: with ``o_s`` and ``o_r`` measured
+    apart (:func:`simdist.calibrate.mpi_worker._overheads`), the link keeps ``L`` and the
+    simulator charges the overheads to the ranks' CPUs; ``gap`` is the measured time per
+    message of a stream. Nothing changes when ``overheads`` is None.
+    """
+    if not overheads:
+        return
+    o_s, o_r = float(overheads["send_overhead_s"]), float(overheads["recv_overhead_s"])
+    link.details["overheads"] = dict(overheads)
+    messages = dict(link.messages or {})
+    measured = (f"{link.source}: LogP overheads of {overheads['messages']} messages of {overheads['size_bytes']} B "
+                "(median Isend post time, median Recv of an arrived message, stream time per message)")
+    if o_s + o_r < link.latency_s:
+        link.latency_s -= o_s + o_r
+        link.basis += "; minus the measured send and receive overheads (messages.send_overhead, recv_overhead)"
+        messages.update(send_overhead=o_s, recv_overhead=o_r)
+    else:  # the CPU time overlaps the transfer on this transport: splitting it out would overcharge
+        link.basis += (f"; the measured overheads (o_s {o_s:.3g} s + o_r {o_r:.3g} s) are not below the eager "
+                       "intercept, so they overlap the transfer here and stay in the latency")
+        measured += "; o_s + o_r not below the latency intercept: only the gap is used"
+    messages["gap"] = float(overheads["gap_s"])
+    messages["source"] = "; ".join(filter(None, [messages.get("source"), measured]))
+    link.messages = messages
 
 
 def build_overlay(links: Sequence[LinkFit], *, command: str, inputs: Sequence[str | os.PathLike] = (),
