@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["PARTS", "LEDGER_COLUMNS", "part_of", "ledger_table", "ledger_summary"]
+__all__ = ["PARTS", "LEDGER_COLUMNS", "part_of", "ledger_table", "ledger_summary", "compare_ledgers"]
 
 PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "unpack", "update", "eval",
          "checkpoint")
@@ -106,3 +106,27 @@ def ledger_summary(ledger: pd.DataFrame, ranks: list[int] | None = None) -> pd.S
     if rows.empty:
         return pd.Series(0.0, index=list(PARTS))
     return rows[list(PARTS)].mean()
+
+
+def compare_ledgers(measured: pd.DataFrame, predicted: pd.DataFrame, ranks: list[int] | None = None, *,
+                    skip_first: int = 1) -> pd.DataFrame:
+    """Part by part, the mean seconds per step of a real run (``measured``) against its simulation.
+
+    Over the given ranks' steps (all by default), each rank's first ``skip_first`` steps left
+    out (start-up). Columns: ``part, measured_s, predicted_s, error_pct`` (None where the real
+    part is zero) and ``share_pct`` (the part's share of the real step: which errors matter).
+    The last row, ``step``, compares whole steps.
+    """
+    def means(ledger: pd.DataFrame) -> pd.Series:
+        rows = ledger if ranks is None else ledger[ledger["rank"].isin(ranks)]
+        rows = rows[rows["step"] >= skip_first]
+        return rows[[*PARTS, "step_s"]].mean() if not rows.empty else pd.Series(0.0, index=[*PARTS, "step_s"])
+
+    real, sim = means(measured), means(predicted)
+    table = []
+    for part in (*PARTS, "step_s"):
+        r, p = float(real[part]), float(sim[part])
+        table.append({"part": "step" if part == "step_s" else part, "measured_s": r, "predicted_s": p,
+                      "error_pct": 100.0 * (p - r) / r if r > 0 else None,
+                      "share_pct": 100.0 * r / float(real["step_s"]) if real["step_s"] > 0 else None})
+    return pd.DataFrame(table)

@@ -125,3 +125,36 @@ def simulate_forward_s(result, samples: int) -> float:
     part plus its share of the fixed part (simdist.platform.compute, PRODUCTS_PER_LAYER)."""
     profile = result.extra["compute_profiles"]["host-cpu"]
     return (profile["t0_s"] + profile["t1_s"] * samples) / 3
+
+
+def test_ledgers_compare_part_by_part_leaving_out_the_first_step():
+    from simdist.ledger import compare_ledgers
+
+    def ledger(rows):
+        frame = pd.DataFrame(0.0, index=range(len(rows)), columns=list(LEDGER_COLUMNS))
+        for i, (rank, step, fb, comm) in enumerate(rows):
+            frame.loc[i, ["rank", "step", "forward_backward", "comm_wire", "step_s"]] = [rank, step, fb, comm, fb + comm]
+        return frame
+
+    real = ledger([(0, 0, 9.0, 9.0), (0, 1, 2.0, 1.0), (0, 2, 4.0, 1.0), (5, 1, 7.0, 7.0)])
+    sim = ledger([(0, 0, 1.0, 1.0), (0, 1, 3.0, 0.5), (0, 2, 3.0, 0.5)])
+    table = compare_ledgers(real, sim, [0]).set_index("part")
+    assert table.loc["forward_backward", "measured_s"] == 3.0 and table.loc["forward_backward", "predicted_s"] == 3.0
+    assert table.loc["comm_wire", "error_pct"] == pytest.approx(-50.0)
+    assert table.loc["step", "measured_s"] == 4.0 and table.loc["comm_wire", "share_pct"] == pytest.approx(25.0)
+    assert table.loc["update", "error_pct"] is None or pd.isna(table.loc["update", "error_pct"])
+
+
+def test_validate_writes_the_ledger_comparison(tmp_path):
+    from simdist.real.validate import _compared
+    from simdist.results import write_result_dir
+
+    dirs = []
+    for name in ("real", "sim"):
+        dirs.append(write_result_dir(simulate(tiny_scenario("sync")), tmp_path / name, plots=False))
+    summary = _compared(dirs[0], dirs[1], tmp_path / "validation.csv")
+    table = pd.read_csv(tmp_path / "validation_ledger.csv")
+    assert list(table.columns) == ["part", "measured_s", "predicted_s", "error_pct", "share_pct"]
+    step = table[table["part"] == "step"].iloc[0]
+    assert step["measured_s"] == pytest.approx(step["predicted_s"]) and step["error_pct"] == pytest.approx(0.0)
+    assert {row["part"] for row in summary["ledger"]} >= {"forward_backward", "comm_wire", "step"}

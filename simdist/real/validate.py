@@ -18,6 +18,9 @@ Then it compares the two result directories iteration by iteration:
   n-softsync applies two gradients of a fast worker in one update, at one instant;
 * ``validation.csv``: per worker and iteration, measured and predicted iteration time,
   compute, comm, wait, staleness and loss, and the iteration time's % error;
+* ``validation_ledger.csv`` (and ``ledger`` in the summary): the two runs' time ledgers
+  (:mod:`simdist.ledger`) part by part — mean seconds per step of every part over the
+  workers, measured and predicted, the error and the part's share of the real step;
 * summary (``validation.json``): median and p90 absolute % error of iteration time (the
   first iteration of every worker left out: it pays one-off costs — communicator creation,
   first-touch allocations — that are not the steady state the simulator models), error of
@@ -45,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..ledger import compare_ledgers
 from ..outdir import check_out_dir, open_container, write_file_atomically, write_text_atomically
 from ..tracefile import span_events
 from .pilot import PILOT_WARMUP
@@ -246,8 +250,17 @@ def _written_table(real_dir: Path, other_dir: Path, csv: Path) -> pd.DataFrame:
 
 
 def _compared(real_dir: Path, sim_dir: Path, csv: Path) -> dict[str, Any]:
-    """Compare the two runs, write the table to ``csv``, return the summary."""
-    return summarize(_written_table(real_dir, sim_dir, csv), real_dir, sim_dir)
+    """Compare the two runs, write the table to ``csv`` and their ledgers part by part beside it
+    (``<csv stem>_ledger.csv``), return the summary (with ``ledger``: part, measured, predicted, error)."""
+    summary = summarize(_written_table(real_dir, sim_dir, csv), real_dir, sim_dir)
+    ledgers = [Path(d) / "ledger.csv" for d in (real_dir, sim_dir)]
+    if all(path.is_file() for path in ledgers):
+        workers = [int(w) for w in pd.read_csv(Path(real_dir) / "workers.csv")["worker"]]
+        table = compare_ledgers(pd.read_csv(ledgers[0]), pd.read_csv(ledgers[1]), workers)
+        out = csv.with_name(f"{csv.stem}_ledger.csv")
+        write_file_atomically(out, lambda tmp: table.to_csv(tmp, index=False, float_format="%.9g"))
+        summary["ledger"] = table.to_dict(orient="records")
+    return summary
 
 
 def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir: Path, sim_dir: Path, out: Path,
