@@ -160,3 +160,19 @@ def test_overheads_larger_than_the_intercept_stay_in_the_latency():
                            "size_bytes": 8, "messages": 2000})
     assert link.latency_s == pytest.approx(2e-6, rel=1e-3) and "overlap the transfer" in link.basis
     assert link.messages["gap"] == 4e-6 and "send_overhead" not in link.messages
+
+
+def test_osu_bw_and_bibw_give_the_gap_and_the_aggregate_cap_of_the_link(tmp_path):
+    out = tmp_path / "osu.yaml"
+    files = [str(TRACES / f"osu_{test}_2nodes_tcp_ethernet.txt") for test in ("latency", "bw", "bibw")]
+    done = subprocess.run([sys.executable, "-m", "simdist", "calibrate", "trace", *files, "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    document = yaml.safe_load(out.read_text())
+    link = document["node"]["nic_link"]
+    # osu_bibw peaks at 3.0 GB/s per direction: 6.0 GB/s both ways, below the 6.47 GB/s one-way link,
+    # so the link is effectively half duplex: its cap is clamped to its bandwidth
+    assert link["aggregate_bandwidth"] == pytest.approx(link["bandwidth"])
+    assert document["messages"]["gap"] == pytest.approx(3.448e-6, rel=1e-3) and "osu_bw" in document["messages"]["source"]
+    from simdist.platform.spec import PlatformSpec
+    PlatformSpec.model_validate({"node": {k: v for k, v in document["node"].items()}, "messages": document["messages"]})

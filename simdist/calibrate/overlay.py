@@ -28,7 +28,7 @@ from ..platform.links import LINK_KINDS
 from ..fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
 from .provenance import make_provenance, write_yaml
 
-__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "apply_overheads", "per_size_table", "columns", "build_overlay", "write_overlay",
+__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "apply_overheads", "apply_streaming", "per_size_table", "columns", "build_overlay", "write_overlay",
            "check_link_kind"]
 
 LINK_FIELDS = ("intra_link", "nic_link")
@@ -49,8 +49,13 @@ class LinkFit:
     table: list[dict[str, Any]] = field(default_factory=list)  # per-size rows (for printing)
     messages: dict[str, Any] | None = None  # eager/rendezvous split the sweep shows (messages_from_pingpong)
 
+    aggregate_bandwidth_Bps: float | None = None  # both directions together, where a bibw test measured it
+
     def spec(self) -> dict[str, Any]:
-        return {"kind": self.kind, "latency": self.latency_s, "bandwidth": self.bandwidth_Bps}
+        spec = {"kind": self.kind, "latency": self.latency_s, "bandwidth": self.bandwidth_Bps}
+        if self.aggregate_bandwidth_Bps is not None:
+            spec["aggregate_bandwidth"] = self.aggregate_bandwidth_Bps
+        return spec
 
 
 def check_link_kind(name: str, option: str) -> str:
@@ -161,6 +166,30 @@ def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
     messages["gap"] = float(overheads["gap_s"])
     messages["source"] = "; ".join(filter(None, [messages.get("source"), measured]))
     link.messages = messages
+
+
+def apply_streaming(links: Sequence[LinkFit], bw_peak_Bps: float | None, bibw_peak_Bps: float | None,
+                    gap_s: float | None) -> list[str]:
+    """What ``osu_bw``/``osu_bibw`` add to the point-to-point links fitted beside them; notes on what was done.
+
+    ``bibw_peak_Bps`` is the per-direction peak of a bidirectional test: both directions
+    together moved twice that, which is the link's ``aggregate_bandwidth`` when below twice
+    its bandwidth (clamped to [bandwidth, 2 x bandwidth], the range a platform allows).
+    ``gap_s``: the time per message of the smallest ``osu_bw`` size (a window of back-to-back
+    messages: injection-limited), the LogGP gap.
+    """
+    notes = []
+    for link in links:
+        if bibw_peak_Bps:
+            total = 2 * bibw_peak_Bps
+            if total < 2 * link.bandwidth_Bps:
+                link.aggregate_bandwidth_Bps = max(total, link.bandwidth_Bps)
+                notes.append(f"node.{link.field}.aggregate_bandwidth = {link.aggregate_bandwidth_Bps / 1e9:.3g} GB/s: "
+                             f"osu_bibw moved {total / 1e9:.3g} GB/s both ways together, below twice the "
+                             f"{link.bandwidth_Bps / 1e9:.3g} GB/s link")
+    if gap_s and links:
+        notes.append(f"messages.gap = {gap_s:.3g} s: time per message of osu_bw's smallest size")
+    return notes
 
 
 def build_overlay(links: Sequence[LinkFit], *, command: str, inputs: Sequence[str | os.PathLike] = (),
