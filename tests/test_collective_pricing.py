@@ -183,12 +183,13 @@ def test_traffic_beside_a_priced_collective_stretches_it():
     assert _allreduce_s(busy, 2, 4 * MIB) - alone_s == pytest.approx(4 * MIB / shm_Bps, rel=1e-3)
 
 
-def test_without_a_table_steps_pay_loggp_overheads_and_the_reduction():
-    plain = _allreduce_s(_world(), 2, 4 * MIB)
+@pytest.mark.parametrize("fidelity", ["analytic", "flows"])
+def test_without_a_table_steps_pay_loggp_overheads_and_the_reduction(fidelity):
+    plain = _allreduce_s(_world(fidelity), 2, 4 * MIB)
     costs = dict(messages={"send_overhead": "3us", "recv_overhead": "2us", "eager_limit": "64KiB",
                            "rendezvous_latency": "7us", "source": "hand-made"},
                  collectives={"reduce_bandwidth": "1GBps", "reduce_source": "hand-made"})
-    charged = _allreduce_s(_world(**costs), 2, 4 * MIB)
+    charged = _allreduce_s(_world(fidelity, **costs), 2, 4 * MIB)
     # ring of 2: two steps of 2 MiB, each paying o_s + o_r + handshake; the first reduces 2 MiB
     assert charged - plain == pytest.approx(2 * (3e-6 + 2e-6 + 7e-6) + 2 * MIB / 1e9, rel=1e-9)
 
@@ -240,3 +241,18 @@ def test_a_table_naming_an_unknown_algorithm_is_refused_at_load():
     with pytest.raises(InputError, match="unknown collective algorithm 'rign'; known: halving_doubling") as caught:
         scenario_from_dict(data, source="s.yaml")
     assert "platform.collectives.tables[0].algorithm" in str(caught.value)
+
+
+def test_send_overhead_before_busy_work_is_shown_as_message_overhead():
+    world = _world(messages={"send_overhead": "5us", "source": "hand-made"})
+
+    def server(rt):
+        rt.send(1, PhantomTensor(1))
+        yield rt.busy(1e-3, "apply")
+
+    world.spawn(0, server(world.runtime(0)))
+    world.spawn(1, (lambda rt: (yield rt.recv(0)))(world.runtime(1)))
+    world.env.run()
+    spans = [(s.name, s.start_s, s.end_s) for s in world.recorder.spans if s.rank == 0]
+    assert spans == [("message overhead", 0.0, pytest.approx(5e-6)), ("apply", pytest.approx(5e-6),
+                                                                      pytest.approx(1e-3 + 5e-6))]

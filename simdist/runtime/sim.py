@@ -271,10 +271,13 @@ class SimWorld(CollectiveExecution):
         With shared node cores (``node.cores``) the work competes for them as compute does:
         ``duration_s`` is its time alone on the rank's CPU share. Waiting on it gives ``value``.
         """
-        start, duration_s = self.env.now, max(0.0, float(duration_s)) + self._owed_cpu_s(rank)
+        start, owed = self.env.now, self._owed_cpu_s(rank)
+        duration_s = max(0.0, float(duration_s)) + owed
         if self._cores is not None and duration_s > 0:
             return self._shared_busy(rank, duration_s, name, value)
-        self.recorder.span(rank, "compute", name, start, start + duration_s)
+        if owed > 0:  # the CPU finishes its sends' overhead first, as before a compute
+            self.recorder.span(rank, "comm", "message overhead", start, start + owed)
+        self.recorder.span(rank, "compute", name, start + owed, start + duration_s)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
         request = Request("busy", name, self.env.timeout(duration_s, value), start)
         if self.on_call is not None:
@@ -345,7 +348,7 @@ class SimWorld(CollectiveExecution):
         self._next_injection_s[src] = inject_s + max(costs.gap, costs.send_overhead)
         self._cpu_owed_s[src] = self._cpu_owed_s.get(src, 0.0) + costs.send_overhead
         delay_s = inject_s - now + costs.send_overhead + costs.handshake_s(nbytes) + \
-            sum(link.latency_s for link in route)
+            self.platform.route_latency_s(src, dst)
         if costs.recv_overhead > 0:
             def arrived() -> None:
                 self.env.timeout(costs.recv_overhead).callbacks.append(lambda _event: deliver())

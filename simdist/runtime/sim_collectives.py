@@ -219,11 +219,7 @@ class CollectiveExecution:
             for phase in plan:
                 for step in phase:
                     repeats.setdefault(id(step), [step, 0])[1] += 1
-            cached = {}
-            for step, count in repeats.values():
-                for t in step:
-                    cached[(t.src, t.dst)] = cached.get((t.src, t.dst), 0.0) + t.nbytes * count
-            self._plan_pairs[key] = cached
+            cached = self._plan_pairs[key] = _pair_totals(repeats.values())
         return cached
 
     def _run_phase(self, env: simpy.Environment, network: FlowNetwork, key: Any, phase):
@@ -233,8 +229,9 @@ class CollectiveExecution:
         if self.fidelity == "flows":
             for step in phase:
                 message_s, reduce_s = self._step_extras(step)
+                latency = self.platform.route_latency_s
                 yield simpy.AllOf(env, [network.transfer(route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst,
-                                                         latency_s=self._route_latency(t) + message_s)
+                                                         latency_s=latency(t.src, t.dst) + message_s if message_s else None)
                                         for t in step])
                 if reduce_s > 0:
                     yield env.timeout(reduce_s)
@@ -309,11 +306,7 @@ class CollectiveExecution:
                 repeats[id(step)][1] += 1
                 latency_s += cost[0]
                 total_s += cost[1]
-            pair_bytes: dict[tuple[int, int], float] = {}
-            for step, count in repeats.values():
-                for t in step:
-                    pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes * count
-            cached = self._analytic_cache[key] = (total_s, latency_s, pair_bytes)
+            cached = self._analytic_cache[key] = (total_s, latency_s, _pair_totals(repeats.values()))
         return cached
 
     def _uncontended_step(self, step) -> tuple[float, float]:
@@ -344,9 +337,6 @@ class CollectiveExecution:
         message_s, reduce_s = self._step_extras(step)
         return min(latencies), duration + message_s + reduce_s
 
-    def _route_latency(self, t) -> float:
-        return sum(link.latency_s for link in self.platform.route(t.src, t.dst))
-
     def _step_extras(self, step) -> tuple[float, float]:
         """(per-message costs, reduction time) one step of a schedule adds to its transfers.
 
@@ -376,6 +366,16 @@ class CollectiveExecution:
                          + max(received.values()) * costs.recv_overhead + costs.handshake_s(largest))
         reduce_s = max(reduced.values(), default=0.0) / reduce_Bps if reduce_Bps else 0.0
         return message_s, reduce_s
+
+
+def _pair_totals(repeats) -> dict[tuple[int, int], float]:
+    """Bytes per (src, dst) pair of ``[step, repetitions]`` entries: each step's transfers are
+    walked once and counted times its repetitions."""
+    pair_bytes: dict[tuple[int, int], float] = {}
+    for step, count in repeats:
+        for t in step:
+            pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes * count
+    return pair_bytes
 
 
 def _nonzero(values: list[float]) -> list[tuple[int, float]]:
