@@ -26,8 +26,8 @@ from .algorithms import ALGORITHMS, AlgorithmContext
 from .errors import InputError
 from .inputfile import file_exists
 from .faults import FaultInjector
-from .platform.compute import ComputeModel, _read_profile, default_profile_paths, load_profiles
-from .platform.op_costs import OpCostModel, merge_measured
+from .platform.compute import ComputeModel, default_profile_paths, load_profile_ops, load_profiles
+from .platform.op_costs import OpCostModel
 from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
 from .recorder import Recorder
@@ -117,8 +117,7 @@ class Simulation:
             seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma, noise=scenario.compute.noise,
             efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s,
             stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None)
-        self.op_costs = OpCostModel(self.platform, merge_measured(
-            (_read_profile(Path(p)), str(p)) for p in _profile_paths(scenario)))
+        self.op_costs = OpCostModel(self.platform, load_profile_ops(_profile_paths(scenario)))
         self.recorder = Recorder()
         self.world = SimWorld(self.platform, self.compute, self.recorder,
                               gradient_source=_gradient_source(self.workload, self.timing_only,

@@ -6,7 +6,7 @@ import pytest
 
 from simdist.calibrate.op_profile import measure_ops
 from simdist.errors import InputError
-from simdist.platform.op_costs import OPS, OpCostModel, bytes_per_param, merge_measured, ops_from_profile
+from simdist.platform.op_costs import OPS, OpCostModel, bytes_per_param, ops_from_profile
 from simdist.simulate import simulate
 
 from conftest import build_platform
@@ -30,7 +30,7 @@ def test_a_rank_with_half_a_core_streams_at_half_the_rate():
 
 
 def test_a_measured_op_replaces_the_estimate():
-    measured = merge_measured([({"device": "host-cpu", "ops": {"update": 2e-9, "average": 1e-9}}, "p.yaml")])
+    measured = ops_from_profile({"device": "host-cpu", "ops": {"update": 2e-9, "average": 1e-9}}, "p.yaml")
     model = OpCostModel(build_platform("laptop-cpu", node={"devices": 1}), measured)
     assert model.seconds(0, "update", 1000) == pytest.approx(2e-6)
     assert model.seconds(0, "average", 1000, buffers=4) == pytest.approx(4e-6)
@@ -88,3 +88,12 @@ def test_an_asynchronous_server_applies_every_push():
     names = {s.name for s in result.recorder.spans if s.rank == server and s.kind == "compute"}
     applied = [s for s in result.recorder.spans if s.rank == server and s.name == "apply"]
     assert names == {"apply"} and len(applied) == len(result.recorder.updates)
+
+
+def test_profile_ops_merge_later_files_over_earlier_ones(tmp_path):
+    from simdist.platform.compute import load_profile_ops
+
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("device: host-cpu\nmodels: {}\nops: {update: 2.0e-9, copy: 1.0e-9}\n")
+    second.write_text("device: host-cpu\nmodels: {}\nops: {update: 3.0e-9}\n")
+    assert load_profile_ops([first, second]) == {"host-cpu": {"update": 3e-9, "copy": 1e-9}}

@@ -47,10 +47,11 @@ from ..errors import InputError
 from ..seeding import numpy_stream
 from .noise import NoiseModel, NoiseSpec
 from .devices import DEVICE_KINDS
+from .op_costs import ops_from_profile
 from .stragglers import StragglerSchedule
 from .topology import Platform
 
-__all__ = ["ModelTiming", "load_profiles", "default_profile_paths", "ComputeModel", "PRODUCTS_PER_LAYER"]
+__all__ = ["ModelTiming", "load_profiles", "load_profile_ops", "default_profile_paths", "ComputeModel", "PRODUCTS_PER_LAYER"]
 
 PRODUCTS_PER_LAYER = 3  # matrix products per layer in a forward/backward: forward, input and weight gradients
 _REPO_PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
@@ -111,6 +112,29 @@ def _profile_timings(path: Path) -> tuple[tuple[tuple[str, str], ModelTiming], .
     if key not in _PARSED:
         _PARSED[key] = tuple(_parsed_timings(path, _read_profile(path)))
     return _PARSED[key]
+
+
+_OPS: dict[tuple[str, str, int, int], dict[str, dict[str, float]]] = {}
+
+
+def load_profile_ops(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
+    """The profiles' measured op costs (``{device: {op: seconds per parameter}}``, the ``ops``
+    sections; :mod:`.op_costs`), later files overriding earlier ones; each file version parsed once."""
+    merged: dict[str, dict[str, float]] = {}
+    for path in map(Path, paths):
+        try:
+            stat = path.stat()
+            key = (str(path.resolve()), str(path), stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            key = None
+        ops = _OPS.get(key) if key is not None else None
+        if ops is None:
+            ops = ops_from_profile(_read_profile(path), str(path))
+            if key is not None:
+                _OPS[key] = ops
+        for device, values in ops.items():
+            merged.setdefault(device, {}).update(values)
+    return merged
 
 
 MAX_PROFILE_TIME_S = 3600.0  # an hour per step or per sample is a unit slip, not a measurement

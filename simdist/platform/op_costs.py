@@ -31,12 +31,12 @@ run's manifest.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import InputError
 from .topology import Platform
 
-__all__ = ["OPS", "BYTES_PER_PARAM", "bytes_per_param", "OpCostModel", "ops_from_profile", "merge_measured"]
+__all__ = ["OPS", "BYTES_PER_PARAM", "bytes_per_param", "OpCostModel", "ops_from_profile"]
 
 OPS = ("update", "average", "compensate", "copy")
 BYTES_PER_PARAM = {"update": 12.0, "compensate": 16.0, "copy": 8.0}  # average: 4 (k + 1), see bytes_per_param
@@ -113,12 +113,3 @@ class OpCostModel:
                            memory_bandwidth_Bps=kind.memory_bandwidth_Bps, source=kind.memory_source)
             rows.append(row)
         return rows
-
-
-def merge_measured(documents: Iterable[tuple[dict, str]]) -> dict[str, dict[str, float]]:
-    """``ops`` of several profile documents, later ones first (as profiles are merged)."""
-    merged: dict[str, dict[str, float]] = {}
-    for document, path in documents:
-        for device, ops in ops_from_profile(document, path).items():
-            merged.setdefault(device, {}).update(ops)
-    return merged
