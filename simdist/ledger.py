@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["PARTS", "LEDGER_COLUMNS", "part_of", "ledger_table", "ledger_summary", "compare_ledgers"]
+__all__ = ["PARTS", "LEDGER_COLUMNS", "part_of", "ledger_table", "compare_ledgers"]
 
 PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "unpack", "update", "eval",
          "checkpoint")
@@ -103,14 +103,6 @@ def _step_starts(spans: pd.DataFrame) -> pd.DataFrame:
     ends = following.fillna(openers["rank"].map(last_end))
     openers["step_s"] = np.maximum(ends.to_numpy() - openers["start_s"].to_numpy(), 0.0)
     return openers
-
-
-def ledger_summary(ledger: pd.DataFrame, ranks: list[int] | None = None) -> pd.Series:
-    """Mean seconds per step of each part (over the given ranks' steps, all by default)."""
-    rows = ledger if ranks is None else ledger[ledger["rank"].isin(ranks)]
-    if rows.empty:
-        return pd.Series(0.0, index=list(PARTS))
-    return rows[list(PARTS)].mean()
 
 
 def compare_ledgers(measured: pd.DataFrame, predicted: pd.DataFrame, ranks: list[int] | None = None, *,

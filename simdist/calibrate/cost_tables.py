@@ -22,7 +22,6 @@ import hashlib
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
 from ..errors import InputError
 from ..platform.cost_spec import CollectiveCostSpec, canonical_op, table_row_problem
@@ -95,15 +94,14 @@ def _osu_tables(parsed: ParsedTrace, ranks: int) -> tuple[list[dict[str, Any]], 
 
 
 def _csv_tables(parsed: ParsedTrace) -> list[dict[str, Any]]:
-    tables, source = [], _source(parsed.path)
-    frame = parsed.table
-    nodes_known = frame["nodes"].notna() if "nodes" in frame else np.zeros(len(frame), bool)
-    keys = ["collective", "ranks", "algorithm", "dtype"]
-    frame = frame.assign(_nodes=np.where(nodes_known, frame.get("nodes", -1), -1))
-    for (op, ranks, algorithm, dtype, nodes), rows in frame.groupby(keys + ["_nodes"], sort=False):
-        tables.append(_table(op, int(ranks), None if int(nodes) < 1 else int(nodes), rows["size_bytes"],
-                             rows["time_s"], source, algorithm or None, dtype, path=parsed.path))
-    return tables
+    """One table per (collective, ranks, nodes, algorithm, dtype) group of a collective CSV
+    (``nodes`` is nullable there: -1 stands for unknown while grouping)."""
+    source = _source(parsed.path)
+    frame = parsed.table.assign(_nodes=parsed.table["nodes"].fillna(-1).astype("int64"))
+    return [_table(op, int(ranks), None if nodes < 1 else int(nodes), rows["size_bytes"], rows["time_s"], source,
+                   algorithm or None, dtype, path=parsed.path)
+            for (op, ranks, algorithm, dtype, nodes), rows in
+            frame.groupby(["collective", "ranks", "algorithm", "dtype", "_nodes"], sort=False)]
 
 
 def table_from_sweep(document: dict[str, Any], command: str) -> dict[str, Any] | None:
