@@ -229,7 +229,7 @@ def _cmd_noise(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from .cli import _command
+    from .provenance import calibrate_command
     from .provenance import check_output, input_record, make_provenance, rounded, write_yaml
 
     if args.out:
@@ -243,7 +243,7 @@ def _cmd_noise(args: argparse.Namespace) -> int:
     simulated = simulated_statistics(times, spec, seed=args.seed, threshold=args.threshold)
     print("\n".join(report_lines(times, fit, simulated, spec)))
     if args.out:
-        command = _command(args, "noise", positional=("files",))
+        command = calibrate_command(args, "noise", positional=("files",))
         noise = rounded(spec.model_dump(mode="json"))
         provenance = make_provenance(command, args.files, _scores(fit.statistics_, simulated),
                                      measured=_printable(fit.statistics_), simulated=_printable(simulated),

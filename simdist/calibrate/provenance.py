@@ -39,7 +39,7 @@ import yaml
 from ..errors import InputError
 from ..outdir import check_out_file, write_text_atomically
 
-__all__ = ["sha256_file", "input_record", "command_line", "library_versions", "make_provenance",
+__all__ = ["sha256_file", "input_record", "command_line", "calibrate_command", "library_versions", "make_provenance",
            "rounded", "content_sha256", "write_yaml", "check_output", "verify_content"]
 
 _PACKAGES = ("numpy", "torch", "pyyaml", "mpi4py")
@@ -65,6 +65,24 @@ def command_line(argv: Sequence[str] | None = None, prog: str = "simdist") -> st
     """The command as a user would type it: ``prog`` plus ``argv`` (default: this process's)."""
     args = list(sys.argv[1:] if argv is None else argv)
     return " ".join([prog, *(shlex.quote(str(a)) for a in args)])
+
+
+_NOT_OPTIONS = {"func", "command", "calibrate_command"}  # argparse bookkeeping, not options a user typed
+
+
+def calibrate_command(args: Any, sub: str, positional: Sequence[str] = ()) -> str:
+    """The full ``simdist calibrate SUB`` command line that reproduces ``args`` (an argparse
+    namespace; every option spelled out)."""
+    words = ["simdist", "calibrate", sub]
+    for name in positional:
+        value = getattr(args, name)
+        words += [str(v) for v in (value if isinstance(value, list) else [value])]
+    for dest, value in vars(args).items():
+        if dest in _NOT_OPTIONS or dest in positional or dest.startswith("_") or value is None or value is False:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        words += [flag] if value is True else [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def library_versions(extra: Iterable[str] = ()) -> dict[str, str]:
