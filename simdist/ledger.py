@@ -21,8 +21,10 @@ communication overlaps other work and is not a part. Time no span covers is ``wa
 simulation (the rank was idle until something arrived) and ``update`` in a real run (the
 algorithm's own host work between runtime calls). So the parts add up to the step exactly in
 a simulation (floating-point sums aside) and, in a real run, to within the timer's resolution.
-Parts no runtime charges yet stay zero columns (``data``, ``pack``, ``unpack``,
-``checkpoint``): the column set is the contract.
+An algorithm's own work (``rt.busy(seconds, name, part=..., run=...)``) is charged to the part
+its span name starts with (``pack gradient`` → ``pack``; ``unpack``, ``update``, ``data``,
+``eval``, ``checkpoint`` alike), else ``update``. Parts a run never charges stay zero columns:
+the column set is the contract.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["PARTS", "LEDGER_COLUMNS", "part_of", "ledger_table", "compare_ledgers"]
+from .errors import InputError
+
+__all__ = ["PARTS", "HOST_PARTS", "LEDGER_COLUMNS", "part_of", "work_span_name", "ledger_table", "compare_ledgers"]
 
 PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "unpack", "update", "eval",
          "checkpoint")
@@ -43,6 +47,8 @@ PART_OF_NAME = {
     "data": "data", "pack": "pack", "unpack": "unpack", "checkpoint": "checkpoint",
 }
 PART_OF_KIND = {"comm": "comm_wire", "wait": "wait"}
+# the parts an algorithm's own work (``rt.busy``) may be charged to; its span name's first word
+HOST_PARTS = ("data", "pack", "unpack", "update", "eval", "checkpoint")
 _EVAL_WORDS = ("evaluation", "inference", "eval")
 _OPENER = "forward/backward"
 
@@ -52,7 +58,24 @@ def part_of(kind: str, name: str) -> str:
     part = PART_OF_NAME.get(name) or PART_OF_KIND.get(kind)
     if part is not None:
         return part
+    first = name.split(" ", 1)[0].rstrip(":")
+    if first in HOST_PARTS:
+        return first
     return "eval" if any(word in name for word in _EVAL_WORDS) else "update"
+
+
+def work_span_name(name: str, part: str | None) -> str:
+    """The span name of an algorithm's own work ``name`` charged to ledger ``part``.
+
+    ``part`` None: the name decides (:func:`part_of`). Otherwise the name is prefixed with the
+    part unless its first word already is it; an unknown part is refused, naming the known ones.
+    """
+    if part is None:
+        return name
+    if part not in HOST_PARTS:
+        raise InputError(f"ledger part {part!r} (work {name!r}) is unknown; an algorithm's own work is one of: "
+                         f"{', '.join(HOST_PARTS)}", source="algorithm")
+    return name if name.split(" ", 1)[0].rstrip(":") == part else f"{part}: {name}"
 
 
 def ledger_table(spans: pd.DataFrame, *, uncovered: str = "wait") -> pd.DataFrame:
@@ -90,7 +113,7 @@ def ledger_table(spans: pd.DataFrame, *, uncovered: str = "wait") -> pd.DataFram
 def _step_starts(spans: pd.DataFrame) -> pd.DataFrame:
     """Per rank and step: ``rank, step, start_s, step_s`` (the first step starts at 0, the last
     ends with the rank's last span)."""
-    fb = spans[(spans["kind"] == "compute") & (spans["name"] == _OPENER)]
+    fb = _with_its_data(spans, spans[(spans["kind"] == "compute") & (spans["name"] == _OPENER)])
     others = spans[~spans["rank"].isin(fb["rank"].unique()) & (spans["part"] == "update")]
     openers = pd.concat([fb, others])[["rank", "start_s"]].sort_values(["rank", "start_s"], kind="stable")
     alone = np.setdiff1d(spans["rank"].unique(), openers["rank"].unique())
@@ -103,6 +126,18 @@ def _step_starts(spans: pd.DataFrame) -> pd.DataFrame:
     ends = following.fillna(openers["rank"].map(last_end))
     openers["step_s"] = np.maximum(ends.to_numpy() - openers["start_s"].to_numpy(), 0.0)
     return openers
+
+
+def _with_its_data(spans: pd.DataFrame, fb: pd.DataFrame) -> pd.DataFrame:
+    """Forward/backward spans, each starting where the ``data`` span getting its batch began
+    (one that ends exactly where it starts): a step opens with getting its batch."""
+    data = spans[spans["part"] == "data"]
+    if data.empty or fb.empty:
+        return fb
+    lead = data[["rank", "start_s", "end_s"]].rename(columns={"start_s": "data_start_s", "end_s": "start_s"})
+    joined = fb[["rank", "start_s"]].merge(lead.drop_duplicates(["rank", "start_s"]), on=["rank", "start_s"],
+                                           how="left")
+    return fb.assign(start_s=joined["data_start_s"].fillna(joined["start_s"]).to_numpy())
 
 
 def compare_ledgers(measured: pd.DataFrame, predicted: pd.DataFrame, ranks: list[int] | None = None, *,

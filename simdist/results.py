@@ -205,6 +205,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "collective_pricing": jsonable(result.extra.get("collective_pricing") or []),
         # per device and op (update, average, ...): measured by calibrate compute, or estimated
         "op_costs": jsonable(result.extra.get("op_costs") or []),
+        # what a batch costs to load (per sample, measured, estimated or cited) and the loader model
+        "data_loading": jsonable(result.extra.get("data_loading")),
         "packages": package_versions(),
         "content_hash": content_hash(result.scenario, result.platform, result.seed),
         "summary": summary,

@@ -30,6 +30,7 @@ from .platform.presets import PLATFORMS
 from .platform.spec import Interval, LatencySeconds, PlatformSpec
 from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
+from .training.data_loading import DataLoadingConfig
 from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
 from .inputfile import CAPS, file_exists, read_input_text
@@ -76,6 +77,16 @@ class WorkloadConfig(_Config):
     allow_code_import: bool = Field(False, description="allow model: 'pkg.mod:factory' (imports and runs that code)")
     loss_curve: LossCurveConfig | None = Field(
         None, description="timing-only runs: the training loss to report and steer by (per-epoch values or a law)")
+    data_loading: DataLoadingConfig | None = Field(
+        None, description="what loading a sample costs and how many loader workers hide it (docs/host_costs.md); "
+                          "default: the dataset's own figure, or indexing it out of memory, loaded by the rank itself")
+
+    @model_serializer(mode="wrap")
+    def _absent_sections_unwritten(self, handler):
+        data = handler(self)  # sections left out stay out: the resolved scenario (and its content hash) is as before
+        if isinstance(data, dict) and self.data_loading is None:
+            data.pop("data_loading", None)
+        return data
 
 
 class StopConfig(_Config):

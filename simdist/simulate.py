@@ -35,6 +35,7 @@ from .results import LinkStats, RankInfo, RunResult
 from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data import EpochSharder, ShardIterator
+from .training.data_loading import build_data_loading
 from .training.loss_curve import LossCurveConfig
 from .training.replica import PhantomReplica, PhantomTensor
 from .training.workload import Workload, build_workload
@@ -110,14 +111,16 @@ class Simulation:
             raise InputError(f"dataset {self.workload.dataset.name!r} holds no sample values; it needs "
                              "workload.timing_only: true (or --timing-only)", source=scenario.source,
                              field="workload.dataset")
+        self.op_costs = OpCostModel(self.platform, load_profile_ops(_profile_paths(scenario)))
+        params = self.workload.param_count
         self.compute = ComputeModel(
             self.platform, load_profiles(_profile_paths(scenario)), model=self.workload.model_name,
             forward_flops_per_sample=self.workload.forward_flops_per_sample,
             parameter_layers=sum(1 for layer in self.workload.layers if layer.forward_flops_per_sample > 0),
             seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma, noise=scenario.compute.noise,
             efficiency=scenario.compute.efficiency, kernel_overhead_s=scenario.compute.kernel_overhead_s,
-            stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None)
-        self.op_costs = OpCostModel(self.platform, load_profile_ops(_profile_paths(scenario)))
+            stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None,
+            optimizer_step_s=lambda device: self.op_costs.core_seconds(device, "update", params))
         self.recorder = Recorder()
         self.world = SimWorld(self.platform, self.compute, self.recorder,
                               gradient_source=_gradient_source(self.workload, self.timing_only,
@@ -125,6 +128,11 @@ class Simulation:
                               fidelity=scenario.network.collective_fidelity,
                               default_collective=scenario.network.collective,
                               network_model=scenario.network.model)
+        try:  # what getting a batch costs before each forward/backward (the ledger's data part)
+            self.world.data_loading = build_data_loading(scenario.workload.data_loading, self.workload.dataset,
+                                                         self.platform, self.op_costs.measured)
+        except InputError as exc:
+            raise exc.at(source=exc.source or scenario.source) from None
         try:
             self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
         except InputError as exc:
@@ -153,7 +161,8 @@ class Simulation:
             workers=self.workers, node_of=self.platform.node_of, workload=self.workload,
             batch_size=s.workload.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=self.timing_only,
             make_data=lambda i: ShardIterator(self.sharder, i, s.stop.epochs), make_replica=make_replica,
-            eval_max_samples=s.evaluation.max_samples, op_cost=self.op_costs.seconds)
+            eval_max_samples=s.evaluation.max_samples, op_cost=self.op_costs.seconds,
+            platform=self.platform)
         entry = ALGORITHMS.entry(s.algorithm_name)
         return entry.factory(s.algorithm_config(), ctx)
 
@@ -332,7 +341,8 @@ class Simulation:
             extra={"compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
                    "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
                    "events": self.events_processed, "faults": self._fault_figures(),
-                   "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe()})
+                   "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
+                   "data_loading": self.world.data_loading.describe()})
 
     def _fault_figures(self) -> dict[str, Any]:
         """Crashed ranks and what was lost with them (all zero without faults)."""

@@ -79,7 +79,8 @@ def wire_and_run(s, *, make_data=None):
         workers=list(range(s.worker_count)), node_of=platform.node_of, workload=workload,
         batch_size=w.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=False,
         make_data=make_data or (lambda i: RecordingIterator(sharder, i, s.stop.epochs, batches)),
-        make_replica=lambda: workload.new_replica(), op_cost=OpCostModel(platform).seconds)
+        make_replica=lambda: workload.new_replica(), op_cost=OpCostModel(platform).seconds,
+        platform=platform)
     algorithm = ALGORITHMS.entry(s.algorithm_name).factory(s.algorithm_config(), ctx)
     procs = {rank: world.spawn(rank, make(world.runtime(rank))) for rank, make in algorithm.processes().items()}
     world.env.run(until=world.env.all_of([procs[r] for r in ctx.workers]))

@@ -29,6 +29,7 @@ SHARD = TRAIN_SAMPLES // N_WORKERS
 STEPS_PER_EPOCH = -(-SHARD // BATCH)  # 7: six of 16 and one of 4
 PARAMS = 8 * 16 + 16 + 16 * 3 + 3
 SHM_LATENCY_S, SHM_BANDWIDTH_BPS = 0.11e-6, 13.8e9
+CPU_MEMORY_BPS = 19e9  # the cpu device kind's stated memory bandwidth
 
 
 def scenario(profile_path, *, epochs=EPOCHS, workload=None, **algorithm):
@@ -139,7 +140,15 @@ def test_virtual_time_is_compute_plus_ring_allreduce_per_step(profile_path):
     nbytes = 4 * PARAMS
     n = N_WORKERS
     allreduce_s = 2 * (n - 1) * (SHM_LATENCY_S + nbytes / n / SHM_BANDWIDTH_BPS)
-    expected = EPOCHS * sum(PROFILE_T0_S + PROFILE_T1_S * b + allreduce_s for b in sizes)
+    # the rank's own work at the cpu kind's memory bandwidth (simdist.platform.op_costs): the gradient into
+    # the send buffer (8 B/param), scaling the sum by 1/N (8 B/param) and the optimizer step (12 B/param)
+    own_s = (8 + 8 + 12) * PARAMS / CPU_MEMORY_BPS
+    # forward/backward: the profile without its optimizer step (charged above as the update)
+    t0_s = PROFILE_T0_S - 12 * PARAMS / CPU_MEMORY_BPS
+    assert result.extra["compute_profiles"]["host-cpu"]["t0_s"] == pytest.approx(t0_s, rel=1e-12)
+    # loading a batch out of memory: (features + label + index) elements of 8 B per sample (simdist.training.data_loading)
+    data_s = [b * (8 + 2) * 8 / CPU_MEMORY_BPS for b in sizes]
+    expected = EPOCHS * sum(t0_s + PROFILE_T1_S * b + allreduce_s + own_s + d for b, d in zip(sizes, data_s))
     assert result.extra["param_count"] == PARAMS
     assert result.virtual_time_s == pytest.approx(expected, rel=1e-9)
 

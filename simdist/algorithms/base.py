@@ -52,6 +52,7 @@ class AlgorithmContext:
     # seconds of an elementwise op (update, average, compensate, copy) over n parameters on a rank:
     # (rank, op, params, buffers) -> s (simdist.platform.op_costs); None where work is done for real
     op_cost: Callable[[int, str, int, int], float] | None = None
+    platform: Any = None  # simdist.platform.topology.Platform: the hardware the run's costs are modelled on
 
     def op_seconds(self, rank: int, op: str, params: int, buffers: int = 1) -> float:
         """What ``op`` over ``params`` parameters costs on ``rank`` (0 in a real run: the math itself takes the time)."""
@@ -60,6 +61,14 @@ class AlgorithmContext:
     @property
     def n_workers(self) -> int:
         return len(self.workers)
+
+    def host_path(self, rank: int) -> Any:
+        """``rank``'s device-to-host-memory path (:class:`~simdist.platform.host_staging.HostPath`), to price
+        collectives staged through host memory; None for CPU devices (data already in host memory) and
+        without a platform (nothing priced); a real run ignores modelled durations either way."""
+        from ..platform.host_staging import host_path
+
+        return None if self.platform is None else host_path(self.platform, rank)
 
 
 class Algorithm:

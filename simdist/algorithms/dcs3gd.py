@@ -127,10 +127,15 @@ class Dcs3gd(PeerAlgorithm):
         if batch is None:
             return
         result = yield rt.compute(replica, batch)
-        delta = local_update(optimizer, replica.params, result.grad, replica.opt_state, schedule.lr(0),
-                             schedule.weight_decay_at(0))
-        replica.params.add_(delta)
-        yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd update")  # the first step: no compensation
+
+        def first_step() -> Any:
+            step_delta = local_update(optimizer, replica.params, result.grad, replica.opt_state, schedule.lr(0),
+                                      schedule.weight_decay_at(0))
+            replica.params.add_(step_delta)
+            return step_delta
+
+        # the first step: no compensation
+        delta = yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd update", run=first_step)
         step = 1
         rt.record("update", worker=rt.rank, step=step, version=step, staleness=0, batch_size=batch.size,
                   loss=result.loss, d_norm=0.0, lambda_=0.0, lr=schedule.lr(0), overlap_fraction=None,
@@ -145,10 +150,10 @@ class Dcs3gd(PeerAlgorithm):
             result = yield rt.compute(replica, batch)
             total = yield request
             done_s = rt.now()
-            update = dcs3gd_update(optimizer, replica.params, replica.opt_state, result.grad, total, delta, n,
-                                   config.lambda0, schedule.lr(step), schedule.weight_decay_at(step))
+            update = yield rt.busy(self._update_s(rt.rank), "dcs3gd update", run=lambda: dcs3gd_update(
+                optimizer, replica.params, replica.opt_state, result.grad, total, delta, n, config.lambda0,
+                schedule.lr(step), schedule.weight_decay_at(step)))
             delta = update.delta
-            yield rt.busy(self._update_s(rt.rank), "dcs3gd update")
             rt.record("update", worker=rt.rank, step=step + 1, version=step + 1, staleness=1, batch_size=batch.size,
                       loss=result.loss, d_norm=update.distance_norm, lambda_=update.lambda_, lr=schedule.lr(step),
                       overlap_fraction=overlap_fraction(started_s, result.end_s, done_s),
@@ -158,7 +163,10 @@ class Dcs3gd(PeerAlgorithm):
     def _final_merge(self, rt: Runtime, replica: Any, request: Any, delta: Any):
         """Out of data: wait for the last allreduce and move to the average, ``w_i += D_i``."""
         total = yield request
-        distance = distance_to_average(total, delta, self.ctx.n_workers)
-        replica.params.add_(distance)
-        yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd final merge")
+        def merge() -> Any:
+            distance = distance_to_average(total, delta, self.ctx.n_workers)
+            replica.params.add_(distance)
+            return distance
+
+        distance = yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd final merge", run=merge)
         rt.record("dcs3gd_final_merge", worker=rt.rank, d_norm=tensor_norm(distance))

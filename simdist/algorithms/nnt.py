@@ -28,10 +28,11 @@ Options (:class:`NntConfig`): ``topology`` (ring | grid, default ring), ``grid_s
 ``update_rule`` (``sgd``: exactly w ← w − η·g with η the optimizer's ``lr``, ignoring its
 momentum and weight decay; ``optimizer``: the scenario's optimizer applied to every gradient
 in arrival order, its state kept across syncs), ``update_time_per_param`` (seconds per
-parameter charged for every applied gradient, own and neighbours'; default: the own step is
-inside the compute profile, which is measured with the optimizer step, and each neighbour's
-gradient costs the device's ``update`` op — one axpy over the parameters, measured by
-``calibrate compute`` or estimated from memory bandwidth, :mod:`simdist.platform.op_costs`).
+parameter charged for every applied gradient, own and neighbours'; default: every applied
+gradient, own or a neighbour's, costs the device's ``update`` op — one axpy over the
+parameters, measured by ``calibrate compute`` or estimated from memory bandwidth
+(:mod:`simdist.platform.op_costs`); the compute profile's own optimizer step is taken out of
+forward/backward (:mod:`simdist.platform.compute`), so it is not paid twice).
 
 Records: one ``update`` row per applied gradient. A worker's own gradient: no staleness (empty),
 ``batch_size`` the samples it consumed, ``source: own``. A neighbour's gradient
@@ -79,7 +80,7 @@ class NntConfig(AlgorithmConfig):
         "sgd", description="'sgd': w <- w - lr*g with the optimizer's lr; 'optimizer': the scenario's optimizer")
     update_time_per_param: float | None = Field(
         None, ge=0, description="seconds per parameter charged per applied gradient, own and neighbours'. Default: "
-                                "own step inside the compute profile, a neighbour's the device's 'update' op")
+                                "the device's 'update' op, own and neighbours' alike")
 
     @model_validator(mode="after")
     def _shape_for_grid(self):
@@ -128,11 +129,11 @@ class Nnt(PeerAlgorithm):
         per_param = config.update_time_per_param
         self.update_s = None if per_param is None else per_param * ctx.workload.param_count
 
-    def _update_s(self, rank: int, own: bool) -> float:
+    def _update_s(self, rank: int) -> float:
         """Time charged for applying one gradient on ``rank`` (see ``update_time_per_param``)."""
         if self.update_s is not None:
             return self.update_s
-        return 0.0 if own else self.ctx.op_seconds(rank, "update", self.ctx.workload.param_count)
+        return self.ctx.op_seconds(rank, "update", self.ctx.workload.param_count)
 
     def evaluation_replicas(self) -> dict[int, Any]:
         return dict(zip(self.ctx.workers, self.replicas))
@@ -157,15 +158,16 @@ class Nnt(PeerAlgorithm):
             if batch is None:
                 break
             result = yield rt.compute(replica, batch)
-            self._apply(replica, result.grad)
-            yield rt.busy(self._update_s(rt.rank, own=True), "nnt update")
+            yield rt.busy(self._update_s(rt.rank), "nnt update", run=lambda: self._apply(replica, result.grad))
             state.step += 1
             state.computed_s.append(result.end_s)
             rt.record("update", worker=rt.rank, step=state.step, version=state.step, staleness=None,
                       batch_size=batch.size, loss=result.loss, source="own", sender=rt.rank, sender_step=state.step,
                       sender_batch_size=batch.size, age_s=rt.now() - result.end_s)
             yield from self._apply_waiting(rt, replica, state)
-            payload = {"grad": result.grad, "step": state.step, "batch_size": batch.size, "computed_s": result.end_s}
+            payload = yield rt.busy(self.ctx.op_seconds(rt.rank, "copy", self.ctx.workload.param_count),
+                                    "pack gradient", run=lambda: {"grad": result.grad, "step": state.step,
+                                                                  "batch_size": batch.size, "computed_s": result.end_s})
             state.sends.extend(rt.send(dst, payload, tag=TAG_GRADIENT) for dst in neighbours)
             drained = False
             if data.epoch != batch.epoch and (batch.epoch + 1) % self.config.sync_every_epochs == 0:
@@ -181,8 +183,8 @@ class Nnt(PeerAlgorithm):
             if message is None:
                 return
             sent = message.payload
-            self._apply(replica, sent["grad"])
-            yield rt.busy(self._update_s(rt.rank, own=False), "nnt neighbour update")
+            yield rt.busy(self._update_s(rt.rank), "nnt neighbour update",
+                          run=lambda: self._apply(replica, sent["grad"]))
             lag = state.step - bisect_right(state.computed_s, sent["computed_s"])  # own steps computed after it
             rt.record("update", worker=rt.rank, step=state.step, version=state.step, staleness=lag, batch_size=0,
                       loss=None, source="neighbour", sender=message.src, sender_step=sent["step"],

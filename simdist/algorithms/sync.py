@@ -131,6 +131,21 @@ class Sync(PeerAlgorithm):
         element_bytes = torch.empty((), dtype=self.wire_dtype or torch.float32).element_size()
         self.buckets = gradient_buckets(ctx.workload.layers, config.bucket_bytes, element_bytes)
 
+    def _cost_s(self, rank: int, part: str) -> float:
+        """Seconds of a rank's own work per step (:mod:`simdist.platform.op_costs`).
+
+        ``pack``: the gradient into the send buffer (DDP's bucket copy, Horovod's fusion
+        buffer): a copy, or with compression a cast in the same pass; ``unpack``: scaling the sum
+        by 1/N (a copy's bytes), plus the cast back when compressed; ``update``: the optimizer step.
+        """
+        params, op = self.ctx.workload.param_count, self.ctx.op_seconds
+        cast_s = op(rank, "cast", params) if self.wire_dtype is not None else 0.0
+        if part == "pack":
+            return cast_s if self.wire_dtype is not None else op(rank, "copy", params)
+        if part == "unpack":
+            return op(rank, "copy", params) + cast_s
+        return op(rank, "update", params)
+
     def _to_wire(self, grad: Any) -> Any:
         return grad if self.wire_dtype is None else cast(grad, self.wire_dtype)
 
@@ -147,8 +162,12 @@ class Sync(PeerAlgorithm):
                 result, total = yield from self._overlapped_step(rt, group, replica, batch)
             else:
                 result = yield rt.compute(replica, batch)
-                total = yield rt.allreduce(group, self._to_wire(result.grad), algorithm=config.collective)
-            replica.apply_gradient(average_gradient(total, ctx.n_workers))
+                wire = yield rt.busy(self._cost_s(rt.rank, "pack"), "pack gradient",
+                                     run=lambda: self._to_wire(result.grad))
+                total = yield rt.allreduce(group, wire, algorithm=config.collective)
+            grad = yield rt.busy(self._cost_s(rt.rank, "unpack"), "unpack gradient",
+                                 run=lambda: average_gradient(total, ctx.n_workers))
+            yield rt.busy(self._cost_s(rt.rank, "update"), "update", run=lambda: replica.apply_gradient(grad))
             step += 1
             rt.record("update", worker=rt.rank, step=step, version=step, staleness=0,
                       batch_size=batch.size, loss=result.loss)
@@ -158,6 +177,10 @@ class Sync(PeerAlgorithm):
         as one cohort. Their replicas stay identical, so the cohort keeps one (every worker's
         list entry is that replica) and one shard position for all."""
         ctx = self.ctx
+        per_rank = {part: [self._cost_s(rank, part) for rank in ctx.workers] for part in ("pack", "unpack", "update")}
+        if any(len(set(costs)) > 1 for costs in per_rank.values()):
+            return None  # ranks whose own work differs leave a collective at different times
+        self._cohort_cost_s = {part: costs[0] for part, costs in per_rank.items()}
         self.lockstep = LockstepShards(self.data[0].sharder, ctx.n_workers, ctx.max_epochs)
         self.data = [self.lockstep.lead] * ctx.n_workers
         self.replicas = [self.replicas[0]] * ctx.n_workers
@@ -166,6 +189,7 @@ class Sync(PeerAlgorithm):
     def _cohort(self, rt):
         ctx, config = self.ctx, self.config
         replica, group = self.replicas[0], Group(tuple(ctx.workers), "world")
+        costs = self._cohort_cost_s
         step = 0
         while True:
             batches = self.lockstep.next_batches(ctx.batch_size, with_indices=not ctx.timing_only)
@@ -180,8 +204,10 @@ class Sync(PeerAlgorithm):
                                                           key=lambda pair: pair[0])])
             else:
                 yield computing.event
-                total = yield rt.allreduce(group, self._cohort_wire(computing, None), algorithm=config.collective)
-            replica.apply_gradient(average_gradient(total, ctx.n_workers))
+                wire = yield rt.busy(costs["pack"], "pack gradient", run=lambda: self._cohort_wire(computing, None))
+                total = yield rt.allreduce(group, wire, algorithm=config.collective)
+            grad = yield rt.busy(costs["unpack"], "unpack gradient", run=lambda: average_gradient(total, ctx.n_workers))
+            yield rt.busy(costs["update"], "update", run=lambda: replica.apply_gradient(grad))
             step += 1
             rt.record_updates(step=step, version=step, staleness=0, batch_size=batches[0].size,
                               losses=computing.results()[1])

@@ -4,7 +4,9 @@ An algorithm's updates, averages, delay compensation and copies are streaming ke
 the flat parameter vector (:mod:`simdist.platform.op_costs`). ``calibrate compute`` times
 each on float32 vectors with the torch threads and device of the profile, and writes the
 seconds per parameter (``average``: per input buffer) into the profile's ``ops`` section,
-where the simulator prefers them to its memory-bandwidth estimate.
+where the simulator prefers them to its memory-bandwidth estimate. ``gather`` (random rows of
+64 elements picked into a batch) prices indexing a batch out of an in-memory dataset
+(:mod:`simdist.training.data_loading`).
 
 Each op is timed on vectors of ``params`` parameters (default 4 Mi: 16 MiB per buffer, past
 the caches, as a model's parameters are), warmed up, then the median of repeated runs
@@ -21,6 +23,7 @@ import torch
 __all__ = ["DEFAULT_OP_PARAMS", "measure_ops"]
 
 DEFAULT_OP_PARAMS = 1 << 22
+_GATHER_ROW = 64  # elements per gathered row: one 8x8 digits sample (256 bytes)
 
 
 def _on_device(tensor: torch.Tensor, device: str) -> torch.Tensor:
@@ -46,7 +49,18 @@ def _kernels(params: int, device: str, place: Callable) -> dict[str, Callable[[]
     def copy() -> None:
         out.copy_(w)
 
-    return {"update": update, "average": average, "compensate": compensate, "copy": copy}
+    def cast() -> None:  # fp32 -> bf16 into a preallocated buffer (a compressed gradient or model)
+        half.copy_(w)
+
+    half = place(torch.empty(params, dtype=torch.bfloat16), device)
+    table, picked = w.view(-1, _GATHER_ROW), out.view(-1, _GATHER_ROW)
+    rows = place(torch.randperm(table.shape[0]), device)
+
+    def gather() -> None:  # a batch of random rows out of an in-memory dataset (simdist.training.data_loading)
+        torch.index_select(table, 0, rows, out=picked)
+
+    return {"update": update, "average": average, "compensate": compensate, "copy": copy, "cast": cast,
+            "gather": gather}
 
 
 def _sync(device: str) -> None:

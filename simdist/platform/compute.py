@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import yaml
@@ -65,6 +65,10 @@ class ModelTiming:
     t1_s: float  # seconds per sample
     forward_flops_per_sample: float | None
     source: str
+    # whether t0_s + t1_s * batch includes the optimizer step (measured training steps and
+    # published iteration times do; a FLOP-count estimate of forward/backward does not)
+    includes_optimizer_step: bool = True
+    optimizer_step_s: float = 0.0  # the step's cost taken out of t0_s (charged by the algorithm instead)
 
 
 def default_profile_paths() -> list[Path]:
@@ -166,7 +170,11 @@ def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], M
         if flops is not None and flops <= 0:
             raise InputError(f"must be greater than zero, got {flops}", source=str(path),
                              field=f"{field}.forward_flops_per_sample")
-        yield (data["device"], str(model)), ModelTiming(t0, t1, flops, str(path))
+        includes = entry.get("includes_optimizer_step", True)
+        if not isinstance(includes, bool):
+            raise InputError(f"must be true or false, got {includes!r}", source=str(path),
+                             field=f"{field}.includes_optimizer_step")
+        yield (data["device"], str(model)), ModelTiming(t0, t1, flops, str(path), includes_optimizer_step=includes)
 
 
 def co_run_factors(platform: Platform) -> np.ndarray | None:
@@ -198,7 +206,11 @@ class ComputeModel:
     def __init__(self, platform: Platform, timings: dict[tuple[str, str], ModelTiming], *, model: str,
                  forward_flops_per_sample: float, parameter_layers: int, seed: int, noise_sigma: float = 0.0,
                  efficiency: float = 0.4, kernel_overhead_s: float = 10e-6,
-                 stragglers: StragglerSchedule | None = None, noise: NoiseSpec | None = None):
+                 stragglers: StragglerSchedule | None = None, noise: NoiseSpec | None = None,
+                 optimizer_step_s: Callable[[Any], float] | None = None):
+        """``optimizer_step_s(device)``: the optimizer step's time on one full core of ``device``;
+        taken out of every profile that includes it, because each algorithm charges the step
+        where it makes it (a parameter-server worker makes none)."""
         self.platform = platform
         self.noise_sigma = noise_sigma
         self.stragglers = stragglers
@@ -211,8 +223,11 @@ class ComputeModel:
         for device in platform.devices:
             key = device.profile_device
             if key not in self._base:
-                self._base[key] = self.timing_for(device, timings, model, forward_flops_per_sample,
-                                                   parameter_layers, efficiency, kernel_overhead_s)
+                timing = self.timing_for(device, timings, model, forward_flops_per_sample,
+                                         parameter_layers, efficiency, kernel_overhead_s)
+                if optimizer_step_s is not None and timing.includes_optimizer_step:
+                    timing = _without_optimizer_step(timing, optimizer_step_s(device))
+                self._base[key] = timing
 
     @staticmethod
     def timing_for(device, timings, model, flops, layers, efficiency, overhead_s) -> ModelTiming:
@@ -221,11 +236,13 @@ class ComputeModel:
         measured = timings.get((device.profile_device, model))
         if measured is not None:
             scale = flops / measured.forward_flops_per_sample if measured.forward_flops_per_sample and flops else 1.0
-            return ModelTiming(measured.t0_s, measured.t1_s * scale, flops, measured.source)
+            return ModelTiming(measured.t0_s, measured.t1_s * scale, flops, measured.source,
+                               includes_optimizer_step=measured.includes_optimizer_step)
         if device.peak_flops:
             return ModelTiming(overhead_s * PRODUCTS_PER_LAYER * layers,
                                PRODUCTS_PER_LAYER * flops / (device.peak_flops * efficiency), flops,
-                               f"FLOP-count estimate: peak {device.peak_flops:.3g} FLOP/s x efficiency {efficiency}")
+                               f"FLOP-count estimate: peak {device.peak_flops:.3g} FLOP/s x efficiency {efficiency}",
+                               includes_optimizer_step=False)
         known = sorted({m for (d, m) in timings if d == device.profile_device})
         raise InputError(
             f"no compute profile for model {model!r} on device {device.profile_device!r} "
@@ -241,7 +258,7 @@ class ComputeModel:
         device = self.platform.devices[rank]
         timing = self._base[device.profile_device]
         share = device.cpus if device.cpus is not None else 1.0
-        base = (timing.t0_s + timing.t1_s * batch_size) / (device.speed * share)
+        base = _step_work_s(timing.t0_s, timing.t1_s, batch_size) / (device.speed * share)
         return base * self.co_run[rank] if self.co_run is not None else base
 
     def forward_s(self, rank: int, samples: int) -> float:
@@ -261,7 +278,7 @@ class ComputeModel:
         """
         device = self.platform.devices[rank]
         timing = self._base[device.profile_device]
-        work = (timing.t0_s + timing.t1_s * batch_size) / device.speed
+        work = _step_work_s(timing.t0_s, timing.t1_s, batch_size) / device.speed
         if self.co_run is not None:
             work *= self.co_run[rank]
         if self.noise_sigma > 0:
@@ -291,7 +308,7 @@ class ComputeModel:
                 np.array([d.cpus if d.cpus is not None else 1.0 for d in devices], dtype=float),
                 np.asarray(ranks, dtype=np.int64))
         t0, t1, speed, share, rank_index = cached
-        work = (t0 + t1 * batch_size) / speed
+        work = _step_work_s(t0, t1, batch_size) / speed
         if self.co_run is not None:
             work = work * self.co_run[rank_index]
         if self.noise_sigma > 0:
@@ -304,4 +321,22 @@ class ComputeModel:
         return work / share
 
     def describe(self) -> dict:
-        return {key: {"t0_s": t.t0_s, "t1_s": t.t1_s, "source": t.source} for key, t in self._base.items()}
+        return {key: {"t0_s": t.t0_s, "t1_s": t.t1_s, "source": t.source,
+                      "optimizer_step_s": t.optimizer_step_s, "includes_optimizer_step": t.includes_optimizer_step}
+                for key, t in self._base.items()}
+
+
+def _without_optimizer_step(timing: ModelTiming, step_s: float) -> ModelTiming:
+    """``timing`` with the optimizer step taken out of its batch-independent part ``t0_s``
+    (the step's cost does not depend on the batch). A fit may put a small fixed cost into the
+    per-sample part and leave ``t0_s`` below the step's cost: ``t0_s`` then goes negative, and
+    a duration is ``max(t0_s + t1_s * batch, 0)`` (:func:`_step_work_s`)."""
+    taken_s = max(step_s, 0.0)
+    return ModelTiming(timing.t0_s - taken_s, timing.t1_s, timing.forward_flops_per_sample, timing.source,
+                       includes_optimizer_step=False, optimizer_step_s=taken_s)
+
+
+def _step_work_s(t0_s: Any, t1_s: Any, batch_size: int) -> Any:
+    """``t0 + t1 * batch``, never below zero (scalars or arrays)."""
+    work = t0_s + t1_s * batch_size
+    return np.maximum(work, 0.0) if isinstance(work, np.ndarray) else max(work, 0.0)

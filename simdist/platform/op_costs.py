@@ -22,7 +22,15 @@ is a streaming elementwise kernel whose time is set by the bytes it reads and wr
    ``compensate``  g + λ·g⊙g⊙(w − w′): read g, w, w′;     16
                    write g
    ``copy``        read 1, write 1                        8
+   ``cast``        float32 → 16-bit: read 4 B, write 2 B  6
+   ``gather``      rows picked out of a table (a batch    8
+                   out of an in-memory dataset): read 1,
+                   write 1
    ==============  =====================================  =====================
+
+``copy`` prices packing (flattening gradients into one buffer, a bucket copy) and unpacking
+(copying a reduced buffer back); ``cast`` a dtype conversion either way (16 → 32 bit reads 2
+and writes 4: the same bytes).
 
 A CPU rank with less than one core (``cpus`` < 1) streams at that share of the core's rate.
 :meth:`OpCostModel.describe` says for every device which figure each op used, for the
@@ -38,8 +46,8 @@ from .topology import Platform
 
 __all__ = ["OPS", "BYTES_PER_PARAM", "bytes_per_param", "OpCostModel", "ops_from_profile"]
 
-OPS = ("update", "average", "compensate", "copy")
-BYTES_PER_PARAM = {"update": 12.0, "compensate": 16.0, "copy": 8.0}  # average: 4 (k + 1), see bytes_per_param
+OPS = ("update", "average", "compensate", "copy", "cast", "gather")
+BYTES_PER_PARAM = {"update": 12.0, "compensate": 16.0, "copy": 8.0, "cast": 6.0, "gather": 8.0}  # average: 4 (k + 1), see bytes_per_param
 
 
 def bytes_per_param(op: str, buffers: int = 1) -> float:
@@ -82,9 +90,12 @@ class OpCostModel:
         if op not in OPS:
             raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
         device = self.platform.devices[rank]
-        per_param = self._per_param_s(device.kind, device.profile_device, op, buffers)
         share = device.cpus if (device.cpus is not None and device.cpus < 1) else 1.0
-        return params * per_param / share
+        return self.core_seconds(device, op, params, buffers) / share
+
+    def core_seconds(self, device: Any, op: str, params: int, buffers: int = 1) -> float:
+        """Time of ``op`` on one full core (or the whole GPU) of ``device``, whatever its share."""
+        return params * self._per_param_s(device.kind, device.profile_device, op, buffers)
 
     def _per_param_s(self, kind_name: str, profile_device: str, op: str, buffers: int) -> float:
         measured = self.measured.get(profile_device, {}).get(op)

@@ -10,8 +10,10 @@ Four figures, each measured on the run's own ranks, written with how they were o
   simulator's processor sharing (``platform.node.cores``), which must not be counted twice.
   :func:`fit_compute` fits ``t0 + t1 · batch`` to the per-size medians of all workers.
 * **host work per step** (:func:`host_cpu_per_step`): the real run's spans carry each rank's
-  CPU time spent neither computing nor waiting (:class:`~.runtime.CpuClock`): optimizer
-  steps, averaging, loading weights, payload handling, the driver's bookkeeping. Its median
+  CPU time spent neither computing nor waiting nor in the algorithm's own timed work
+  (:class:`~.runtime.CpuClock`; optimizer steps, averaging and copies go through ``rt.busy``,
+  are timed as ledger parts and charged apart by the simulator): payload handling, the
+  driver's bookkeeping, whatever an algorithm does between runtime calls. Its median
   per worker iteration (between consecutive forward/backwards, the first left out) is added to
   the profile's ``t0``: the simulator charges a worker's step as one compute span, and this
   work needs the same cores.
@@ -208,8 +210,10 @@ def write_profile(path: str | Path, workload: Any, fit: dict[str, Any], host_cpu
              "statistic": "median", "dataset": workload.dataset.name,
              "options": workload.model_config.model_dump(mode="json")}
     document = profile_document({workload.model_name: entry}, threads, "host-cpu")
+    # the algorithms' own updates are timed apart in the run (``rt.busy``) and charged apart by the
+    # simulator: the host work added here holds no optimizer step to take out again
     document["models"][workload.model_name].update(
-        forward_backward_t0_s=fit["t0_s"], host_cpu_per_step_s=host_cpu_s, median_cpu_s=fit["median_cpu_s"],
+        includes_optimizer_step=False, forward_backward_t0_s=fit["t0_s"], host_cpu_per_step_s=host_cpu_s, median_cpu_s=fit["median_cpu_s"],
         median_wall_s=fit["median_wall_s"], relative_iqr=fit["relative_iqr"])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

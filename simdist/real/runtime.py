@@ -4,8 +4,9 @@ The same algorithm generators the simulator drives are driven here by :class:`MP
 which turns each yielded request into MPI calls and records wall-clock spans into a
 :class:`~simdist.recorder.Recorder` with the simulator's schema:
 
-* ``compute`` runs the real forward/backward at the call, synchronously (its request is
-  already complete when yielded; ``at_fraction`` therefore gives no overlap);
+* ``compute`` fetches the batch's tensors out of the dataset (a ``data`` span) and runs the
+  real forward/backward at the call, synchronously (its request is already complete when
+  yielded; ``at_fraction`` therefore gives no overlap);
 * ``send``/``recv``/``poll`` are point-to-point messages on an mpi4py ``pkl5`` communicator
   (buffered ``ibsend``, so a send completes at the call like a delivery into the simulator's
   mailbox; matched probe on the receiving side); tensors travel out of band, not pickled
@@ -70,6 +71,7 @@ import numpy as np
 import torch
 
 from ..errors import SimulationError
+from ..ledger import work_span_name
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
 from ..training.replica import payload_nbytes
@@ -257,7 +259,7 @@ class MPIWorld:
 
     def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
                  stop_steps: int | None = None, time_limit_s: float | None = None, spin: bool = True,
-                 progress: bool = True, probe: bool = True):
+                 progress: bool = True, probe: bool = True, fetch: Callable[[Any], Any] | None = None):
         from mpi4py import MPI
         from mpi4py.util import pkl5
 
@@ -268,7 +270,10 @@ class MPIWorld:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.recorder = recorder
-        self.gradient = gradient  # (replica, batch) -> (flat grad, loss)
+        # (replica, batch) -> (flat grad, loss); with ``fetch`` (batch -> its tensors, timed as ``data``) the
+        # gradient takes what fetch returned instead of the batch
+        self.gradient = gradient
+        self.fetch = fetch
         self.workers = tuple(workers)
         self.spin = spin  # this rank has a core to itself: waiting may spin
         self.stop_steps = stop_steps
@@ -430,13 +435,23 @@ class MPIRuntime:
         return self.world.now()
 
     def compute(self, replica: Any, batch: Any) -> ComputeRequest:
+        """Fetch the batch's tensors (a ``data`` span, the simulator's data loading) and run the
+        forward/backward on them (the ``forward/backward`` span), at the call."""
         world = self.world
-        start, cpu, process_cpu = self.now(), time.thread_time(), time.process_time()
+        inputs, start = batch, self.now()
+        if world.fetch is not None:  # the forward/backward starts where the data span ends (the ledger's step)
+            fetch_cpu = time.thread_time()
+            inputs = world.fetch(batch)
+            fetched_s = self.now()
+            world.cpu.compute_s += time.thread_time() - fetch_cpu  # timed as data: not the per-step host work
+            world.span("compute", "data", start, fetched_s)
+            start = fetched_s
+        cpu, process_cpu = time.thread_time(), time.process_time()
         if world.progress is not None:
             with world.progress.during():
-                grad, loss = world.gradient(replica, batch)
+                grad, loss = world.gradient(replica, inputs)
         else:
-            grad, loss = world.gradient(replica, batch)
+            grad, loss = world.gradient(replica, inputs)
         cpu = time.thread_time() - cpu
         others = max(0.0, time.process_time() - process_cpu - cpu)
         end = self.now()
@@ -445,8 +460,18 @@ class MPIRuntime:
                    other_threads_cpu_s=others)
         return ComputeRequest(GradResult(grad, loss, int(batch.size), start, end))
 
-    def busy(self, duration_s: float, name: str = "busy") -> _Request:
-        return _Done("busy", name, self.now())  # the modelled work is done for real in the caller
+    def busy(self, duration_s: float, name: str = "busy", *, part: str | None = None,
+             run: Callable[[], Any] | None = None) -> _Request:
+        """``run()`` timed as the algorithm's own work (``duration_s`` is the simulator's model of it)."""
+        name = work_span_name(name, part)
+        if run is None:
+            return _Done("busy", name, self.now())  # the work is done for real in the caller, untimed
+        world = self.world
+        start, cpu = self.now(), time.thread_time()
+        value = run()
+        world.cpu.compute_s += time.thread_time() - cpu  # timed apart: not host work between calls
+        world.span("compute", name, start, self.now())
+        return _Done("busy", name, start, value)
 
     def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> _Request:
         """``run()`` timed as compute (no ``cpu_s``: compute profiles are fitted to forward/backwards only)."""

@@ -86,8 +86,8 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     workload, algorithm = setup.workload, setup.algorithm
     processes = algorithm.processes()
 
-    def gradient(replica, batch):
-        x, y = workload.batch_tensors(batch)
+    def gradient(replica, tensors):  # the batch's tensors, fetched (and timed) by the runtime
+        x, y = tensors
         return workload.evaluator.gradient(replica.params, x, y)
 
     recorder = Recorder()
@@ -105,7 +105,7 @@ def run_rank(args: argparse.Namespace, comm) -> int:
 
     evaluate(0.0, 0)
     wall_start = time.perf_counter()
-    world = MPIWorld(comm, recorder, gradient=gradient, workers=setup.workers, stop_steps=scenario.stop.steps,
+    world = MPIWorld(comm, recorder, gradient=gradient, fetch=workload.batch_tensors, workers=setup.workers, stop_steps=scenario.stop.steps,
                      time_limit_s=scenario.stop.virtual_time, spin=rank_spins(rank, size, args.affinity))
     driver = MPIDriver(world)
     if args.calibrate:

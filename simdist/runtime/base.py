@@ -140,8 +140,15 @@ class Runtime(Protocol):
         of the compute time has passed (gradient buckets ready during backward).
         """
 
-    def busy(self, duration_s: float, name: str = "busy") -> Any:
-        """The rank works for ``duration_s`` on something the algorithm models (a server's update)."""
+    def busy(self, duration_s: float, name: str = "busy", *, part: str | None = None,
+             run: Callable[[], Any] | None = None) -> Any:
+        """The rank does its own work (a server's update, flattening a gradient); the value is ``run()``.
+
+        The simulator charges ``duration_s`` (the algorithm's cost model) and calls ``run`` (the
+        math) at the call; a real run times ``run`` as it happens. The work is ledger ``part``
+        (pack, unpack, update, data, eval, checkpoint; default: the name's first word if it is
+        one, else update).
+        """
 
     def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> Any:
         """The rank runs a forward pass over ``samples`` samples (its own evaluation); the value is ``run()``.

@@ -26,6 +26,7 @@ import numpy as np
 import simpy
 
 from ..errors import SimulationError
+from ..ledger import work_span_name
 from ..recorder import SpanBlock, UpdateBlock
 from ..training.replica import payload_nbytes
 from .base import Group
@@ -36,13 +37,21 @@ CohortProcess = Callable[["CohortRuntime"], Generator]
 
 
 class CohortCompute:
-    """Forward/backward of every rank of a cohort; ``event`` fires when the slowest is done."""
+    """Forward/backward of every rank of a cohort; ``event`` fires when the slowest is done.
+
+    ``start_s``: when the forward/backwards started, one float for all or per rank (after
+    loading their batches took different times).
+    """
 
     def __init__(self, event: simpy.Event, start_s: float, durations_s: np.ndarray,
-                 results: Callable[[], tuple[list[Any], list[float | None]]], uniform: bool):
+                 results: Callable[[], tuple[list[Any], list[float | None]]], uniform: bool,
+                 free_s: np.ndarray | None = None):
         self.event = event
         self.start_s = start_s
         self.durations_s = durations_s
+        # when each rank's own compute request would fire (its process resumes): the compute's end, up to
+        # rounding where loading its batch came first
+        self.free_s = start_s + durations_s if free_s is None else free_s
         self.uniform = uniform  # one gradient object stands for every rank's (timing-only)
         self._results = results
 
@@ -64,7 +73,8 @@ class CohortRuntime:
         return self.world.env.now
 
     def compute(self, replicas: Sequence[Any], batches: Sequence[Any]) -> CohortCompute:
-        """Every rank computes its batch (all of one size) on its replica, from now on.
+        """Every rank gets its batch (all of one size; ``data``, see :mod:`simdist.training.data_loading`),
+        then computes it on its replica.
 
         Durations come from :meth:`ComputeModel.durations_s` — the same draws, from the same
         per-rank streams, as one ``compute`` per rank. Gradients are evaluated together the
@@ -72,10 +82,20 @@ class CohortRuntime:
         """
         world, env = self.world, self.world.env
         start, batch_size = env.now, int(batches[0].size)
-        durations = world.compute_model.durations_s(self._rank_list, batch_size, start)
+        waits = self._get_batches(start, batch_size, getattr(batches[0], "epoch", 0))
+        start = start + waits  # when each rank's forward/backward starts
+        if np.ndim(start) == 0:
+            durations = world.compute_model.durations_s(self._rank_list, batch_size, start)
+        else:  # the ranks start at different times: each rank's duration, as each would draw it
+            durations = np.array([world.compute_model.duration_s(rank, batch_size, float(at))
+                                  for rank, at in zip(self._rank_list, start)])
         ends = start + durations
-        self._busy_until = ends
-        world.recorder.span_block(SpanBlock(self.ranks, "compute", "forward/backward", np.full(len(ends), start), ends))
+        # each rank is free when its own compute request would fire (now + its whole time), as a rank's
+        # own process sees it; that differs from ``ends`` by rounding when loading came first
+        free = ends if np.ndim(waits) == 0 and waits == 0.0 else np.maximum(env.now + (waits + durations), ends)
+        self._busy_until = free
+        world.recorder.span_block(SpanBlock(self.ranks, "compute", "forward/backward",
+                                            np.broadcast_to(start, ends.shape).astype(float), ends))
         source = world._gradient_source
         if getattr(source, "uniform", False):  # timing-only: one phantom gradient stands for every rank
             sources = [source(self._rank_list[0], replicas[0], batches[0])]
@@ -94,8 +114,40 @@ class CohortRuntime:
             return cache[0]
 
         event = env.event()
-        env.timeout(float(durations.max())).callbacks.append(lambda _event: event.succeed())
-        return CohortCompute(event, start, durations, results, uniform=len(sources) == 1 and n > 1)
+        env.timeout(float((waits + durations).max())).callbacks.append(lambda _event: event.succeed())
+        return CohortCompute(event, start, durations, results, uniform=len(sources) == 1 and n > 1, free_s=free)
+
+    def _get_batches(self, now_s: float, batch_size: int, epoch: Any) -> Any:
+        """Every rank gets its batch (``data`` spans, as each rank's ``compute`` records them);
+        the seconds each takes: 0.0, one float for all, or an array where they differ."""
+        loading = self.world.data_loading
+        if loading is None:
+            return 0.0
+        waits = loading.waits_s(self._rank_list, now_s, batch_size, epoch)
+        if not np.any(waits > 0):
+            return 0.0
+        self.world.recorder.span_block(SpanBlock(self.ranks, "compute" if loading.serial else "wait", "data",
+                                                 np.full(len(waits), now_s), now_s + waits))
+        return float(waits[0]) if np.all(waits == waits[0]) else waits
+
+    def busy(self, durations_s: Any, name: str, *, part: str | None = None,
+             run: Callable[[], Any] | None = None) -> simpy.Event:
+        """Every rank does its own work (``rt.busy``) for its entry of ``durations_s``, from when
+        it became free (the end of its compute, or of the last collective); the event's value is
+        ``run()`` and it fires when the last rank is done.
+
+        Equal to each rank's ``busy`` when what follows is a collective (ranks still wait for the
+        last one) or when the ranks started together with equal durations; an algorithm whose
+        work differs by rank outside those cases does not run as a cohort.
+        """
+        name = work_span_name(name, part)
+        value = run() if run is not None else None
+        env = self.world.env
+        starts = np.minimum(self._busy_until, env.now)
+        ends = starts + np.broadcast_to(np.asarray(durations_s, dtype=float), starts.shape)
+        self._busy_until = ends
+        self.world.recorder.span_block(SpanBlock(self.ranks, "compute", name, starts, ends))
+        return env.timeout(max(float(ends.max()) - env.now, 0.0), value)
 
     def allreduce(self, group: Group, tensors: Sequence[Any], *, algorithm: str | None = None) -> simpy.Event:
         """The blocking allreduce of every rank's tensor, started once the last rank has arrived.
@@ -120,6 +172,7 @@ class CohortRuntime:
         waited_from = np.minimum(self._busy_until, start)  # each rank waits from the end of its compute
         world.recorder.span_block(SpanBlock(self.ranks, "wait", "allreduce", waited_from, np.full(n, start)))
         world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start), np.full(n, end)))
+        self._busy_until = np.full(n, end)
         done.succeed(total)
 
     def overlapped_allreduce(self, group: Group, computing: CohortCompute, ready_fractions: Sequence[float],
@@ -150,7 +203,7 @@ class CohortRuntime:
         world, env = self.world, self.world.env
         compute_end = computing.start_s + computing.durations_s
         # on_call: nothing moves before every rank has finished computing and waits
-        earliest_s = float(compute_end.max()) if world.on_call is not None else -math.inf
+        earliest_s = float(computing.free_s.max()) if world.on_call is not None else -math.inf
         ops: list[tuple[float, float]] = []
         sums = []
         joined = np.full(len(self.ranks), computing.start_s)  # each rank's own clock
@@ -169,9 +222,10 @@ class CohortRuntime:
             n = len(self.ranks)
             world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start),
                                                 np.full(n, env.now), blocking=False))
-        waiting = np.maximum(joined, compute_end)  # compute done: wait for each bucket in turn
+        waiting = np.maximum(joined, computing.free_s)  # compute done: wait for each bucket in turn
         for start, end in ops:
             waiting = self._blocked(waiting, np.maximum(waiting, end), start, compute_end)
+        self._busy_until = waiting
         done.succeed(sums)
 
     def _blocked(self, since: np.ndarray, until: np.ndarray, started_s: float, compute_end: np.ndarray) -> np.ndarray:

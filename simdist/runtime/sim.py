@@ -25,6 +25,7 @@ from typing import Any, Callable, Generator, Iterable
 import simpy
 
 from ..errors import SimulationError
+from ..ledger import work_span_name
 from ..platform.compute import ComputeModel
 from ..platform.network import NETWORK_MODELS, FlowNetwork
 from ..platform.topology import Link, Platform
@@ -89,6 +90,7 @@ class SimWorld(CollectiveExecution):
         self._init_collectives()
         self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
+        self.data_loading: Any = None  # what a batch costs before compute (simdist.training.data_loading); None: free
         # platform.progress: on_call tracks who is inside a runtime call; async (None) lets everything move
         self.on_call = OnCallProgress(self.env) if platform.spec.progress == "on_call" else None
 
@@ -200,6 +202,8 @@ class SimWorld(CollectiveExecution):
     # -- compute ---------------------------------------------------------------------
 
     def compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
+        """The rank gets its batch (``data``: loading it, or waiting for its loader workers), then
+        runs forward/backward on it; the request's value is the gradient."""
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
         if self._cores is not None:
@@ -208,9 +212,14 @@ class SimWorld(CollectiveExecution):
         if owed > 0:  # the CPU finishes its sends' overhead first
             self.recorder.span(rank, "comm", "message overhead", start, start + owed)
             start += owed
+        loading = self.data_loading
+        load_s = 0.0 if loading is None else loading.wait_s(rank, start, batch_size, getattr(batch, "epoch", 0))
+        if load_s > 0:  # loading is the rank's own work; waiting for loader workers leaves it idle
+            self.recorder.span(rank, "compute" if loading.serial else "wait", "data", start, start + load_s)
+            start += load_s
         duration = self.compute_model.duration_s(rank, batch_size, start)
         # the timer is the request's event; the waiting rank reads the gradient (``_drive``)
-        request = ComputeRequest("compute", "forward/backward", env.timeout(owed + duration), start,
+        request = ComputeRequest("compute", "forward/backward", env.timeout(owed + load_s + duration), start,
                                  duration_s=duration, env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
                                  grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + duration
@@ -222,30 +231,57 @@ class SimWorld(CollectiveExecution):
     def _shared_compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
         """Compute as work on the rank's shared cores; its duration emerges from the sharing.
 
-        ``at_fraction`` uses the duration estimated at the start (the rank's fair share then).
+        Loading the batch first (``loader_workers: 0``) is work on the same cores; waiting for
+        loader workers is not (their own cores are not part of the pool). ``at_fraction`` uses
+        the durations estimated at the start (the rank's fair share then).
         """
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
         work = self.compute_model.work_core_s(rank, batch_size, start) + \
             self._owed_cpu_s(rank) * (self.platform.devices[rank].cpus or 1.0)
-        estimate = work / self._enter_pool(rank)
-        request = ComputeRequest("compute", "forward/backward", env.event(), start, duration_s=estimate, env=env,
-                                 resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
-                                 grad_like=getattr(replica, "params", None))
-        self._compute_until[rank] = start + estimate
+        rate = self._enter_pool(rank)
+        load_core_s, wait_s = self._batch_cost(rank, batch, start)
+        estimate = work / rate
+        request = ComputeRequest("compute", "forward/backward", env.event(), start + load_core_s / rate + wait_s,
+                                 duration_s=estimate, env=env, resolve=self._gradient_source(rank, replica, batch),
+                                 batch_size=batch_size, grad_like=getattr(replica, "params", None))
+        self._compute_until[rank] = request.started_s + estimate
         if self.on_call is not None:
             self.on_call.computing(rank, request.event)
 
-        def finish() -> None:
-            self._leave_pool(rank)
-            self._compute_until[rank] = env.now
-            if request._result is None:
-                request.duration_s = env.now - start
-            self.recorder.span(rank, "compute", "forward/backward", start, env.now, batch_size=batch_size)
-            request.event.succeed(request.partial_result())
+        def forward_backward() -> None:
+            begin = env.now
 
-        self._work_on_cores(rank, work, finish)
+            def finish() -> None:
+                self._leave_pool(rank)
+                self._compute_until[rank] = env.now
+                if request._result is None:
+                    request.started_s, request.duration_s = begin, env.now - begin
+                self.recorder.span(rank, "compute", "forward/backward", begin, env.now, batch_size=batch_size)
+                request.event.succeed(request.partial_result())
+
+            self._work_on_cores(rank, work, finish)
+
+        if load_core_s > 0:  # the rank loads its batch on its shared cores first
+            def loaded() -> None:
+                self.recorder.span(rank, "compute", "data", start, env.now)
+                forward_backward()
+            self._work_on_cores(rank, load_core_s, loaded)
+        elif wait_s > 0:  # the loader workers have not finished its batch yet
+            self.recorder.span(rank, "wait", "data", start, start + wait_s)
+            env.timeout(wait_s).callbacks.append(lambda _event: forward_backward())
+        else:
+            forward_backward()
         return request
+
+    def _batch_cost(self, rank: int, batch: Any, now_s: float) -> tuple[float, float]:
+        """Getting ``batch`` on ``rank``: (its loading work in core-seconds, seconds waiting for loader workers)."""
+        loading = self.data_loading
+        if loading is None:
+            return 0.0, 0.0
+        if loading.serial:
+            return loading.load_core_s(rank, int(batch.size)), 0.0
+        return 0.0, loading.wait_s(rank, now_s, int(batch.size), getattr(batch, "epoch", 0))
 
     def _work_on_cores(self, rank: int, work_core_s: float, finish: Callable[[], None]) -> None:
         """Do ``work_core_s`` on the rank's cores, shared with whatever else runs there; ``finish()`` when done."""
@@ -265,12 +301,18 @@ class SimWorld(CollectiveExecution):
         if pool is not None:
             self._computing_in_pool[pool.index] -= 1
 
-    def busy(self, rank: int, duration_s: float, name: str = "busy", value: Any = None) -> Request:
+    def busy(self, rank: int, duration_s: float, name: str = "busy", value: Any = None, *,
+             part: str | None = None, run: Callable[[], Any] | None = None) -> Request:
         """The rank computes something other than forward/backward (a server's update) for ``duration_s``.
 
         With shared node cores (``node.cores``) the work competes for them as compute does:
-        ``duration_s`` is its time alone on the rank's CPU share. Waiting on it gives ``value``.
+        ``duration_s`` is its time alone on the rank's CPU share. Waiting on it gives ``value``,
+        or ``run()`` (the work's math, done now). ``part``: its ledger part (see
+        :func:`~simdist.ledger.work_span_name`).
         """
+        name = work_span_name(name, part)
+        if run is not None:
+            value = run()
         start, owed = self.env.now, self._owed_cpu_s(rank)
         duration_s = max(0.0, float(duration_s)) + owed
         if self._cores is not None and duration_s > 0:
