@@ -12,8 +12,11 @@ Expected mean staleness with homogeneous workers: ≈ N − 1.
 Options (see :class:`AsgdConfig`; protocol, placement and sharding in
 :mod:`.parameter_server`): ``servers`` (k shards, default 1), ``server_ranks`` (default the
 k ranks after the workers), ``apply_time_per_param`` (default: the server device's measured or
-estimated ``update`` op, :mod:`simdist.platform.op_costs`), ``staleness_aware`` (default false). The scenario must leave ranks
-for the servers: ``workers: N`` on a platform of at least N + k devices.
+estimated ``update`` op, :mod:`simdist.platform.op_costs`), ``staleness_aware`` (default false),
+``push`` (``whole``, default, or ``buckets``: pushed bucket by bucket as backward produces them,
+:mod:`.ps_buckets`) and ``bucket_bytes`` (default 25 MiB). The scenario must leave ranks for the
+servers: ``workers: N`` on a platform of at least N + k devices. Workers pay for packing their
+gradient and unpacking the pulled weights, the server for each update (:mod:`.parameter_server`).
 
 The optimizer of the scenario runs on the server (momentum buffers live there); with plain
 SGD an update is exactly w ← w − η·g.

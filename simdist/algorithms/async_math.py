@@ -9,7 +9,8 @@ tensors and on timing-only :class:`~simdist.training.replica.PhantomTensor` s al
   ``staleness_aware`` ``w ← w − η/max(1, s)·g`` (Zhang et al.).
 * **n-softsync** (§3): the server averages ``c = ⌊N/n⌋`` gradients,
   ``w ← w − η·(1/c)·Σ g_j``; with ``staleness_aware`` each ``g_j`` is first divided by
-  ``max(1, s_j)``.
+  ``max(1, s_j)``. The sum can be built one gradient at a time as they arrive
+  (:func:`softsync_accumulate`, then :func:`softsync_mean`), with the same result.
 * **dbs** (§4): speed ratio ``S = Σ(last m times of worker 0) / Σ(last m times of worker i)``;
   when ``|1 − S| > A`` the batch becomes ``clamp(round(b·S), b_min, b_max)`` with
   ``b = b_i`` (``rescale: current``, the default **choice**) or ``b = X`` (``rescale: base``,
@@ -25,6 +26,8 @@ __all__ = [
     "staleness_scale",
     "asgd_learning_rate",
     "softsync_group_size",
+    "softsync_accumulate",
+    "softsync_mean",
     "softsync_average",
     "batch_weighted",
     "dbs_speed_ratio",
@@ -58,25 +61,40 @@ def softsync_group_size(n_workers: int, n: int) -> int:
     return n_workers // n
 
 
+def softsync_accumulate(total: Any, grad: Any, s: int, staleness_aware: bool) -> Any:
+    """The running sum of an n-softsync round with one more gradient: ``Σ + g_j`` (``g_j`` when
+    ``total`` is None), ``g_j`` divided by ``max(1, s_j)`` first with ``staleness_aware``.
+
+    Neither input is written: the sum is a new tensor, and the first gradient starts it as is.
+    """
+    scale = staleness_scale(s) if staleness_aware else 1.0
+    term = grad if scale == 1.0 else grad * scale
+    return term if total is None else total + term
+
+
+def softsync_mean(total: Any, count: int) -> Any:
+    """``(1/c)·Σ`` of a round's sum of ``c = count`` gradients (the sum itself when c = 1)."""
+    if count < 1:
+        raise ValueError("an n-softsync update needs at least one gradient")
+    return total if count == 1 else total / count
+
+
 def softsync_average(grads: Sequence[Any], stalenesses: Sequence[int], staleness_aware: bool) -> Any:
     """``(1/c) Σ_j g_j`` over the ``c = len(grads)`` gradients of one update.
 
     With ``staleness_aware`` each ``g_j`` is divided by ``max(1, s_j)`` before averaging.
     One gradient of scale 1 comes back unchanged (so 1-gradient groups are exactly asgd).
-    Summation runs in the order given, so equal inputs give bitwise-equal results.
+    Summation runs in the order given (:func:`softsync_accumulate` one gradient at a time, as a
+    server sums them on arrival), so equal inputs give bitwise-equal results.
     """
     if not grads:
         raise ValueError("an n-softsync update needs at least one gradient")
     if len(grads) != len(stalenesses):
         raise ValueError(f"{len(grads)} gradients but {len(stalenesses)} staleness values")
-    scales = [staleness_scale(s) if staleness_aware else 1.0 for s in stalenesses]
-    if len(grads) == 1 and scales[0] == 1.0:
-        return grads[0]
     total = None
-    for grad, scale in zip(grads, scales):
-        term = grad if scale == 1.0 else grad * scale
-        total = term.clone() if total is None else total + term
-    return total / len(grads)
+    for grad, s in zip(grads, stalenesses):
+        total = softsync_accumulate(total, grad, s, staleness_aware)
+    return softsync_mean(total, len(grads))
 
 
 def batch_weighted(grad: Any, batch_size: int, base_batch_size: int) -> Any:

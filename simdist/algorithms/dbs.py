@@ -21,7 +21,8 @@ equal iteration *time* across workers, so staleness stays low when workers diffe
   decision). Worker 0 keeps b_0 = X. Each change is recorded as a ``batch_size`` event
   (worker, batch_size, previous, ratio).
 * Server: mean gradient over the worker's batch applied with η (asgd's rule, including
-  ``staleness_aware``); ``weight_by_batch: true`` scales it by b_i / X first.
+  ``staleness_aware``); ``weight_by_batch: true`` scales it by b_i / X first (one more pass
+  over the shard, charged with the update; see :mod:`.parameter_server`).
 * An epoch still covers the dataset once: each worker consumes its own shard at its own rate.
 
 Defaults: m = 5, A = 0.1, b_min = 1, b_max = 4·X (**choice**: ALGORITHMS.md gives none; four
@@ -137,6 +138,9 @@ class Dbs(ParameterServerAlgorithm):
 
     def reply_extra(self, server: ServerState) -> dict[str, Any]:
         return {"reference_times_s": list(self.reference_times_s)} if server.index == 0 else {}
+
+    def scales(self, gradient: PendingGradient, s: int) -> bool:
+        return self.config.weight_by_batch and gradient.batch_size != self.ctx.batch_size
 
     def combine(self, pending: list[PendingGradient], stalenesses: list[int]) -> tuple[Any, float]:
         (gradient,), (s,) = pending, stalenesses

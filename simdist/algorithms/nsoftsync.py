@@ -19,6 +19,10 @@ is applied to, as in asgd). Published: mean staleness grows with n and is close 
 At the end of the data a partial group (fewer than c gradients) is applied once no further
 gradient can arrive, averaged over the gradients it holds, so every gradient counts once.
 
+The server sums each gradient into the round's aggregate when it arrives (``accumulate``)
+and applies the average once per round (``apply``); see :mod:`.parameter_server` for what each
+costs. ``push: buckets`` pushes gradients bucket by bucket during backward (:mod:`.ps_buckets`).
+
 ``n`` defaults to 1 (**choice**: ALGORITHMS.md lists no default; n = 1 is valid for every
 N). 1 ≤ n ≤ N is checked when the scenario loads (field ``algorithm.n``).
 """
@@ -30,7 +34,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..errors import InputError
-from .async_math import softsync_average, softsync_group_size
+from .async_math import softsync_accumulate, softsync_average, softsync_group_size, softsync_mean, staleness_scale
 from .base import ALGORITHMS, AlgorithmContext
 from .parameter_server import ParameterServerAlgorithm, ParameterServerConfig, PendingGradient
 
@@ -70,5 +74,14 @@ class NSoftsync(ParameterServerAlgorithm):
         self.reply_after_update = config.pull == "after_update"
 
     def combine(self, pending: list[PendingGradient], stalenesses: list[int]) -> tuple[Any, float]:
-        grads = [p.grad for p in pending]
+        grads = [p.grad for p in pending]  # c = 1: each gradient is its own round
         return softsync_average(grads, stalenesses, self.config.staleness_aware), self.lr
+
+    def accumulate(self, total: Any, gradient: Any, s: int) -> Any:
+        return softsync_accumulate(total, gradient, s, self.config.staleness_aware)
+
+    def average(self, total: Any, count: int) -> tuple[Any, float]:
+        return softsync_mean(total, count), self.lr
+
+    def scales(self, gradient: PendingGradient, s: int) -> bool:
+        return self.config.staleness_aware and staleness_scale(s) != 1.0

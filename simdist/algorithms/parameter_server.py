@@ -17,11 +17,12 @@ Protocol (tags :data:`TAG_PULL`, :data:`TAG_PUSH`, :data:`TAG_WEIGHTS`):
 * worker loop: load the received weights, compute the gradient of the next batch, push
   shard j of it to server j with the version read, batch size, loss and the time the
   weights were read; then receive the next ``(w_j, v_j)`` — the server's reply to the
-  push *is* the next pull (ALGORITHMS.md §2: "reply with the new (w, v) to that worker");
+  push *is* the next pull (ALGORITHMS.md §2: "reply with the new (w, v) to that worker").
+  ``push: buckets`` sends the gradient in buckets as backward produces them
+  (:mod:`.ps_buckets`); the server waits for all of a push's buckets before using it;
 * server loop: receive messages from any rank in arrival order. A pull request is
-  answered at once. A push first costs ``apply_time_per_param × shard size`` seconds of
-  server time (``rt.busy``: folding one gradient into the weights or the accumulator),
-  joins the pending group, and when the group holds c gradients (asgd and dbs: c = 1;
+  answered at once. A push is summed into the round's aggregate or, one gradient at a time,
+  applied (costs below); when the group holds c gradients (asgd and dbs: c = 1;
   nsoftsync: c = ⌊N/n⌋) the server applies the update and bumps its version. The reply
   goes out when the server is done with the push (``pull: immediate``: after the update if
   this push completed the group, otherwise right away) or, with ``pull: after_update``,
@@ -49,26 +50,45 @@ server 0's shard stands for the model: rows = gradients, versions are server 0's
 ``age_s`` = apply time − time the worker read the weights. Every server's version and
 gradient count are kept in :attr:`ParameterServerAlgorithm.servers_` for inspection.
 
-A push costs the server the ``update`` op over its shard (w ← w − η·g: 12 bytes per float32
-parameter), measured by ``calibrate compute`` or estimated from the server device's memory
-bandwidth (:mod:`simdist.platform.op_costs`); ``apply_time_per_param`` overrides it. A server
-that applies gradients one by one (``group_size`` 1, asgd) pays it per push (``apply``); one
-that aggregates a round (n-softsync, DBS) pays it per push to sum the gradient in
-(``accumulate``, the same bytes) and once more per round to apply the aggregate (``apply``).
+Costs: all arithmetic runs inside ``rt.busy(seconds, name, run=...)``: the simulator charges
+the modelled seconds, a real run times the math itself, under the same name (ledger part in
+brackets). Seconds: the op model (:mod:`simdist.platform.op_costs`, measured or estimated):
+
+* worker, ``unpack weights`` [unpack]: the pulled weights into the replica, op ``copy`` over
+  all parameters (k > 1 shards are joined by a copy; one shard is adopted as received);
+* worker, ``pack gradient`` [pack]: the gradient into its send buffer, op ``copy`` over all
+  parameters, after forward/backward (``push: buckets``: per bucket, :mod:`.ps_buckets`);
+* server, ``apply`` [update]: a server applying gradients one by one (asgd, dbs, nsoftsync
+  with c = 1) pays op ``update`` (w ← w − η·g, 12 B/param) per gradient, plus op ``copy``
+  (a read-1/write-1 pass) when the rule scales the gradient first (dbs ``weight_by_batch``,
+  staleness-aware n-softsync);
+* server, aggregating (nsoftsync, c > 1): ``accumulate`` [update] per push — the running sum
+  ``Σ + g`` is op ``update``'s traffic (read 2, write 1); the round's first gradient starts
+  the sum without a pass (the message's buffer is the server's and is never written), a
+  staleness-scaled one adds a ``copy`` pass — and once per round ``apply`` [update]: op
+  ``update`` plus, for more than one gradient, the ``(1/c)`` scaling pass (op ``copy``);
+* server, ``unpack gradient`` [unpack] (``push: buckets`` only): a push's pieces joined into
+  the shard's gradient, op ``copy`` over the shard, when the shard gets more than one piece.
+
+``apply_time_per_param`` overrides the server's figure: that many seconds per parameter of its
+shard for each ``apply`` and each ``accumulate``. A gradient the simulator has not evaluated yet
+stays unevaluated through the sum (:func:`.ps_buckets.lazily`), so evaluations stay batched.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, model_validator
+from pydantic import Field, NonNegativeInt, field_validator, model_validator
 
 from ..errors import InputError, SimulationError
 from ..runtime.base import Runtime
 from ..training.replica import Handover, PhantomReplica, Replica, resolved
+from ..units import parse_size
 from .async_math import shard_bounds, staleness
 from .base import Algorithm, AlgorithmConfig, AlgorithmContext, Process
+from .ps_buckets import DEFAULT_BUCKET_BYTES, PieceAssembly, lazily, pieces_per_server, plan_buckets, push_in_buckets
 from .tensors import flat_concat
 
 __all__ = ["TAG_PULL", "TAG_PUSH", "TAG_WEIGHTS", "ParameterServerConfig",
@@ -77,7 +97,6 @@ __all__ = ["TAG_PULL", "TAG_PUSH", "TAG_WEIGHTS", "ParameterServerConfig",
 TAG_PULL = 101  # worker -> server: "send me your shard" (tiny payload)
 TAG_PUSH = 102  # worker -> server: a gradient shard plus what the server needs to apply and record it
 TAG_WEIGHTS = 103  # server -> worker: (shard, version), or an acknowledgement of a final push
-
 
 
 class ParameterServerConfig(AlgorithmConfig):
@@ -93,6 +112,17 @@ class ParameterServerConfig(AlgorithmConfig):
                                 "Default: the device's measured or estimated 'update' op (simdist.platform.op_costs)")
     staleness_aware: bool = Field(
         False, description="damp a gradient of staleness s by 1/max(1, s) (Zhang et al.). Default false")
+    push: Literal["whole", "buckets"] = Field(
+        "whole", description="push the gradient once backward is done (whole) or bucket by bucket as backward "
+                             "produces it, last layer first (buckets: MXNet kvstore / DDP style). Default whole")
+    bucket_bytes: float = Field(
+        DEFAULT_BUCKET_BYTES, ge=0, description="bucket size for push: buckets, e.g. '4MiB'; 0 = one bucket per "
+                                                "parameter tensor. Default 25 MiB (PyTorch DDP)")
+
+    @field_validator("bucket_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> float:
+        return parse_size(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -164,6 +194,8 @@ class ServerState:
     pending: list[PendingGradient] = field(default_factory=list)
     deferred: list[int] = field(default_factory=list)  # worker ranks whose reply waits for the next update
     finished: set[int] = field(default_factory=set)  # worker ranks whose final push has arrived
+    total: Any = None  # the running sum of an aggregating server's round (None: no gradient yet)
+    assembly: PieceAssembly = field(default_factory=lambda: PieceAssembly(1))  # pieces of bucketed pushes
 
     @property
     def numel(self) -> int:
@@ -203,8 +235,9 @@ class ParameterServerAlgorithm(Algorithm):
     """Workers pull, compute and push; servers apply groups of ``group_size`` gradients.
 
     Subclasses set ``group_size`` / ``reply_after_update`` in ``__init__`` and may override
-    :meth:`combine` (the update rule), :meth:`make_policy`, :meth:`on_push` and
-    :meth:`reply_extra`.
+    :meth:`combine` (the rule of a server applying gradients one by one), :meth:`accumulate`
+    and :meth:`average` (the rule of an aggregating server, ``group_size`` > 1), :meth:`scales`,
+    :meth:`make_policy`, :meth:`on_push` and :meth:`reply_extra`.
     """
 
     Config: ClassVar[type[ParameterServerConfig]] = ParameterServerConfig
@@ -226,6 +259,7 @@ class ParameterServerAlgorithm(Algorithm):
         bounds = shard_bounds(numel, config.servers)
         self.servers_ = [ServerState(j, rank, start, stop, self._shard_replica(full, start, stop))
                          for j, (rank, (start, stop)) in enumerate(zip(self.server_ranks, bounds))]
+        self.buckets = self._plan_buckets(bounds, full.params.element_size()) if config.push == "buckets" else None
 
     def _shard_replica(self, full: Any, start: int, stop: int) -> Any:
         if len(self.server_ranks) == 1:
@@ -233,6 +267,12 @@ class ParameterServerAlgorithm(Algorithm):
         if self.ctx.timing_only:
             return PhantomReplica(stop - start, full.optimizer)
         return Replica(full.params[start:stop].clone(), full.optimizer)
+
+    def _plan_buckets(self, bounds: list[tuple[int, int]], element_bytes: int):
+        plans = plan_buckets(self.ctx.workload.layers, self.config.bucket_bytes, element_bytes, bounds)
+        for server, expected in zip(self.servers_, pieces_per_server(plans, len(bounds))):
+            server.assembly = PieceAssembly(expected)
+        return plans
 
     # -- what subclasses change -------------------------------------------------------
 
@@ -242,6 +282,18 @@ class ParameterServerAlgorithm(Algorithm):
     def combine(self, pending: list[PendingGradient], stalenesses: list[int]) -> tuple[Any, float]:
         """(gradient to apply, learning rate) of one update from its pending gradients."""
         raise NotImplementedError
+
+    def accumulate(self, total: Any, gradient: Any, s: int) -> Any:
+        """An aggregating server's running sum with one more gradient of staleness ``s`` (total None: the first)."""
+        raise NotImplementedError
+
+    def average(self, total: Any, count: int) -> tuple[Any, float]:
+        """(gradient to apply, learning rate) from an aggregating server's sum of ``count`` gradients."""
+        raise NotImplementedError
+
+    def scales(self, gradient: PendingGradient, s: int) -> bool:
+        """Whether the rule scales this gradient before using it (one more pass over the shard)."""
+        return False
 
     def on_push(self, server: ServerState, worker_index: int, payload: dict[str, Any]) -> None:
         """A push arrived at ``server`` (before it joins the pending group)."""
@@ -275,27 +327,41 @@ class ParameterServerAlgorithm(Algorithm):
 
     def _worker(self, rt: Runtime, index: int):
         replica, data, policy = self.replicas[index], self.data[index], self.policies[index]
+        copy_s = self.ctx.op_seconds(rt.rank, "copy", self.ctx.workload.param_count)
+        bucket_s = [self.ctx.op_seconds(rt.rank, "copy", plan.numel) for plan in self.buckets or ()]
         for server in self.servers_:
             rt.send(server.rank, {"worker": index}, tag=TAG_PULL)
         replies = yield from self._receive(rt)
         read_s = rt.now()
         while True:
+            yield rt.busy(copy_s, "unpack weights", run=lambda: replica.adopt(self._weights(replies)))
             size = policy.next_batch_size(rt, replies[0])
             batch = data.next_batch(size)
             final = data.exhausted
-            replica.adopt(replies[0]["params"] if len(replies) == 1 else flat_concat([r["params"] for r in replies]))
-            result = yield rt.compute(replica, batch)
-            report = policy.report()
-            for server, reply in zip(self.servers_, replies):
-                rt.send(server.rank, {"grad": result.grad_later(server.start, server.stop),
-                                      "version": reply["version"], "batch_size": batch.size, "loss": result.loss_later(),
-                                      "read_s": read_s, "final": final, "report": report}, tag=TAG_PUSH)
+            headers = [{"version": reply["version"], "batch_size": batch.size, "read_s": read_s, "final": final,
+                        "report": policy.report()} for reply in replies]
+            computing = rt.compute(replica, batch)
+            if self.buckets is None:
+                yield from self._push_whole(rt, computing, headers, copy_s)
+            else:
+                yield from push_in_buckets(rt, computing, self.buckets, bucket_s, self.servers_, headers, TAG_PUSH)
             replies = yield from self._receive(rt)
             if final:
                 return
             now = rt.now()
             policy.observe(now - read_s, batch.size == size)
             read_s = now
+
+    @staticmethod
+    def _weights(replies: list[dict[str, Any]]) -> Any:
+        return replies[0]["params"] if len(replies) == 1 else flat_concat([r["params"] for r in replies])
+
+    def _push_whole(self, rt: Runtime, computing: Any, headers: list[dict[str, Any]], pack_s: float):
+        result = yield computing
+        grads = yield rt.busy(pack_s, "pack gradient",
+                              run=lambda: [result.grad_later(s.start, s.stop) for s in self.servers_])
+        for server, header, grad in zip(self.servers_, headers, grads):
+            rt.send(server.rank, {"grad": grad, "loss": result.loss_later(), **header}, tag=TAG_PUSH)
 
     def _receive(self, rt: Runtime):
         replies = []
@@ -307,9 +373,8 @@ class ParameterServerAlgorithm(Algorithm):
     # -- server -------------------------------------------------------------------------
 
     def _server(self, rt: Runtime, server: ServerState):
-        per_param = self.config.apply_time_per_param
-        cost_s = per_param * server.numel if per_param is not None else \
-            self.ctx.op_seconds(rt.rank, "update", server.numel)
+        update_s, copy_s = (self.ctx.op_seconds(rt.rank, op, server.numel) for op in ("update", "copy"))
+        seconds = self._seconds_of(server, update_s, copy_s)
         while True:
             message = yield rt.recv()
             if message.tag == TAG_PULL:
@@ -318,46 +383,73 @@ class ParameterServerAlgorithm(Algorithm):
             if message.tag != TAG_PUSH:
                 raise SimulationError(f"server rank {rt.rank} got a message with tag {message.tag} from rank "
                                       f"{message.src}; servers expect only pulls ({TAG_PULL}) and pushes ({TAG_PUSH})")
-            push, src = message.payload, message.src
-            if cost_s > 0:  # applied at once (asgd), or summed into the round's aggregate
-                yield rt.busy(cost_s, "apply" if self.group_size == 1 else "accumulate")
-            index = self._index_of[src]
-            self.on_push(server, index, push)
-            server.pending.append(PendingGradient(src, index, push["grad"], push["version"], push["batch_size"],
-                                                  push["loss"], push["read_s"]))
-            if push["final"]:
-                server.finished.add(src)
-            if self.reply_after_update:
-                server.deferred.append(src)
-            if len(server.pending) >= self.group_size or self._no_more_gradients(server):
-                if self.group_size > 1 and cost_s > 0:  # the aggregate is applied once per round
-                    yield rt.busy(cost_s, "apply")
-                self._apply(rt, server)
-            if not self.reply_after_update:
-                self._reply(rt, server, src, ack=push["final"])
+            push = yield from server.assembly.complete(rt, message, copy_s, server.replica.nbytes)
+            if push is not None:
+                yield from self._take(rt, server, message.src, push, seconds)
+
+    def _seconds_of(self, server: ServerState, update_s: float, copy_s: float):
+        """Seconds of an apply or accumulate: ``update`` and ``copy`` passes, or apply_time_per_param."""
+        per_param = self.config.apply_time_per_param
+        if per_param is not None:
+            return lambda updates, copies: per_param * server.numel
+        return lambda updates, copies: updates * update_s + copies * copy_s
+
+    def _take(self, rt: Runtime, server: ServerState, src: int, push: dict[str, Any], seconds):
+        index = self._index_of[src]
+        self.on_push(server, index, push)
+        gradient = PendingGradient(src, index, push["grad"], push["version"], push["batch_size"], push["loss"],
+                                   push["read_s"])
+        if self.group_size > 1:  # summed into the round's aggregate now
+            s = staleness(server.version, gradient.version_read)
+            server.total = yield rt.busy(
+                seconds(server.total is not None, self.scales(gradient, s)), "accumulate",
+                run=lambda: lazily(lambda total, grad: self.accumulate(total, grad, s), server.total, gradient.grad,
+                                   nbytes=server.replica.nbytes))
+        server.pending.append(gradient)
+        if push["final"]:
+            server.finished.add(src)
+        if self.reply_after_update:
+            server.deferred.append(src)
+        if len(server.pending) >= self.group_size or self._no_more_gradients(server):
+            yield from self._update(rt, server, seconds)
+        if not self.reply_after_update:
+            self._reply(rt, server, src, ack=push["final"])
 
     def _no_more_gradients(self, server: ServerState) -> bool:
         """True when every worker has finished or waits for this server's next update."""
         waiting = sum(1 for rank in server.deferred if rank not in server.finished)
         return len(server.finished) + waiting >= len(self.ctx.workers)
 
-    def _apply(self, rt: Runtime, server: ServerState) -> None:
+    def _update(self, rt: Runtime, server: ServerState, seconds):
         pending, server.pending = server.pending, []
-        for p in pending:  # gradients pushed unevaluated are evaluated now, batched with all queued by now
-            p.grad, p.loss = resolved(p.grad), resolved(p.loss)
+        total, server.total = server.total, None
         stalenesses = [staleness(server.version, p.version_read) for p in pending]
-        grad, lr = self.combine(pending, stalenesses)
-        server.replica.apply_gradient_fresh(grad, lr=lr)  # replies already sent keep their weights
+        if self.group_size > 1:
+            cost_s = seconds(1, len(pending) > 1)
+        else:
+            cost_s = seconds(1, sum(self.scales(p, s) for p, s in zip(pending, stalenesses)))
+        yield rt.busy(cost_s, "apply", run=lambda: self._apply_math(server, pending, stalenesses, total))
         server.version += 1
         server.gradients_applied += len(pending)
         if server.index == 0:
             now = rt.now()
             for p, s in zip(pending, stalenesses):
                 rt.record("update", worker=p.worker_rank, step=server.version, version=server.version, staleness=s,
-                          batch_size=p.batch_size, loss=p.loss, age_s=now - p.read_s)
+                          batch_size=p.batch_size, loss=resolved(p.loss), age_s=now - p.read_s)
         deferred, server.deferred = server.deferred, []
         for rank in deferred:  # in the order their pushes arrived
             self._reply(rt, server, rank, ack=rank in server.finished)
+
+    def _apply_math(self, server: ServerState, pending: list[PendingGradient], stalenesses: list[int],
+                    total: Any) -> None:
+        """The update itself: a new weight tensor, so replies already sent keep their weights."""
+        if self.group_size > 1:
+            grad, lr = self.average(resolved(total), len(pending))
+        else:  # gradients pushed unevaluated are evaluated now, batched with all queued by now
+            for p in pending:
+                p.grad = resolved(p.grad)
+            grad, lr = self.combine(pending, stalenesses)
+        server.replica.apply_gradient_fresh(grad, lr=lr)
 
     def _reply(self, rt: Runtime, server: ServerState, dst: int, *, ack: bool = False) -> None:
         payload = {"params": None if ack else Handover(server.replica.params), "version": server.version,
