@@ -46,6 +46,28 @@ warm-up or a schedule change); a ``global_sync`` event per sync
 * the merge and the node broadcast come before a new send in the same batch (S = B);
 * evaluation reports worker 0's replica (node 0), as sync does;
 * ``schedule: fixed`` without B or S uses B = 4, S = 1 (the published experiments' values).
+
+**Costs** (each rank's own work, ``rt.busy`` with its math in ``run=``; seconds from
+:mod:`simdist.platform.op_costs`, over the parameter count, so replay and timing-only charge
+the same). Every batch: ``pack gradient`` (``copy``: the gradient into the allreduce buffer,
+as DDP's bucket copy in Heat's node-local sync), ``unpack gradient`` (``copy``: the sum back,
+divided by G), ``update`` (``update``: the optimizer step). A blocking global sync's member:
+``pack parameters bf16`` / ``unpack parameters bf16`` (``cast`` each way; Heat casts on the
+GPU). A non-blocking one: ``pack parameters`` (``copy`` into the send buffer) and, on receipt,
+``update: global merge`` (``average`` over 2 buffers: x_local and the sum in, x out). The node
+broadcast writes into the parameters in place (NCCL in Heat): no copy is charged.
+
+**Host staging** (``global_staging``, default ``host``): Heat's global syncs are MPI
+``Iallreduce`` calls on buffers that, with an MPI library that is not GPU-aware (Heat's Open MPI
+default), go to host memory and back (:mod:`simdist.platform.host_staging`). On a GPU device
+each global sync's member then pays ``pack host staging`` (device → host copy of the sent
+bytes over the device's host link, before the call: ``x.cpu()`` is synchronous),
+``update: host reduction`` (its share of the allreduce's sums on a host core, float32 ``MPI.SUM``
+or Heat's bfloat16 Python callback; charged when the result is taken, since MPI without a
+progress thread reduces inside the wait) and ``unpack host staging`` (host → device copy of
+the result, in ``Wait``). Busy work, not communication: the rank's thread does the copies and
+sums and nothing else meanwhile. ``device`` is GPU-direct (no staging); CPU devices never
+stage (their data is in host memory), and a real run times what it does.
 """
 
 from __future__ import annotations
@@ -58,10 +80,10 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ..errors import InputError
 from ..runtime.base import Runtime
+from ..training.replica import payload_nbytes
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm, Process
-from .daso_math import (Schedule, ScheduleOptions, bf16_average, daso_merge, initial_schedule, next_schedule,
-                        to_bf16)
-from .tensors import cast
+from .daso_math import (Schedule, ScheduleOptions, bf16_average, daso_merge, initial_schedule, local_average,
+                        next_schedule, to_bf16)
 
 __all__ = ["DasoConfig", "Daso", "node_layout", "DEFAULT_FIXED_B", "DEFAULT_FIXED_S"]
 
@@ -89,6 +111,11 @@ class DasoConfig(AlgorithmConfig):
                                                            "towards a plateau. Default 0.05")
     plateau_patience: int = Field(2, ge=0, description="a plateau is more than this many epochs in a row without "
                                                        "such an improvement. Default 2")
+    global_staging: Literal["host", "device"] = Field(
+        "host", description="how a global sync's parameters reach MPI on GPU devices. host: copied to host memory "
+                            "over the device's host link, reduced on a host core, copied back (Heat's DASO with an "
+                            "MPI that is not GPU-aware; simdist.platform.host_staging); device: GPU-direct, no "
+                            "copies. CPU devices never stage. Default host")
 
     @field_validator("S")
     @classmethod
@@ -145,6 +172,24 @@ def node_layout(workers: list[int], node_of: Callable[[int], int]) -> list[list[
     if len(sizes) > 1:
         raise InputError(f"daso needs the same number of workers on every node; got {sizes}", field="workers")
     return layout
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Seconds of one GPU's own work (:mod:`simdist.platform.op_costs`) and its way to host memory."""
+
+    copy_s: float  # a float32 copy of the parameters (pack, unpack)
+    cast_s: float  # float32 <-> bfloat16 of the parameters
+    update_s: float  # the optimizer step
+    merge_s: float  # x <- (2S x_local + sum) / (2S + P): two buffers in, one out
+    host: Any  # HostPath where global syncs are staged through host memory, else None
+
+    @classmethod
+    def of(cls, ctx: AlgorithmContext, rank: int, staging: str) -> "_Costs":
+        params, op = ctx.workload.param_count, ctx.op_seconds
+        return cls(copy_s=op(rank, "copy", params), cast_s=op(rank, "cast", params),
+                   update_s=op(rank, "update", params), merge_s=op(rank, "average", params, 2),
+                   host=ctx.host_path(rank) if staging == "host" else None)
 
 
 @dataclass
@@ -205,6 +250,8 @@ class _Gpu:
         self.syncs = 0  # global syncs started: sync j is done by group j mod G
         self.pending: _Pending | None = None
         self.loss_sum, self.samples = 0.0, 0  # this epoch's sample-weighted training loss
+        self.params = ctx.workload.param_count
+        self.costs = _Costs.of(ctx, ctx.workers[index], daso.config.global_staging)
 
     def run(self):
         rt, replica, data = self.rt, self.replica, self.data
@@ -215,8 +262,7 @@ class _Gpu:
             if batch is None:
                 return
             result = yield rt.compute(replica, batch)
-            total = yield rt.allreduce(self.node_group, result.grad)
-            replica.apply_gradient(cast(total, torch.float32) / self.gpus_per_node)
+            yield from self._local_step(result.grad)
             self.batches += 1
             rt.record("update", worker=rt.rank, step=self.batches, version=self.batches,
                       staleness=self.since_merge, batch_size=batch.size, loss=result.loss)
@@ -234,21 +280,38 @@ class _Gpu:
             if epoch_ended and self.options.adaptive and not data.exhausted:
                 yield from self._next_schedule(finished_epoch=batch.epoch)
 
+    def _local_step(self, grad: Any):
+        """Node-local allreduce-average of the gradient (packed into a buffer, unpacked after), then the step."""
+        rt, costs, replica = self.rt, self.costs, self.replica
+        packed = yield rt.busy(costs.copy_s, "pack gradient", run=grad.clone)
+        total = yield rt.allreduce(self.node_group, packed)
+        average = yield rt.busy(costs.copy_s, "unpack gradient", run=lambda: local_average(total, self.gpus_per_node))
+        yield rt.busy(costs.update_s, "update", run=lambda: replica.apply_gradient(average))
+
     def _send(self, *, finish_now: bool):
         """Start global sync number ``self.syncs`` on the rotating group."""
         k = self.syncs % self.gpus_per_node
         self.syncs += 1
         self.since_send = 0
         member = k == self.local_rank
+        rt, costs, replica = self.rt, self.costs, self.replica
         if self.schedule.blocking:
             if member:
-                total = yield self.rt.allreduce(self.global_group, to_bf16(self.replica.params))
-                self.replica.load(bf16_average(total, self.nodes))
+                sent = yield rt.busy(costs.cast_s, "pack parameters bf16", run=lambda: to_bf16(replica.params))
+                yield from self._stage_out(sent)
+                total = yield rt.allreduce(self.global_group, sent)
+                yield from self._stage_in(total)
+                yield rt.busy(costs.cast_s, "unpack parameters bf16",
+                              run=lambda: replica.load(bf16_average(total, self.nodes)))
             yield from self._node_broadcast(k)
             self.since_merge = 0
             self._record_sync(k, S=0, blocking=True)
             return
-        request = self.rt.iallreduce(self.global_group, self.replica.params.clone()) if member else None
+        request = None
+        if member:
+            sent = yield rt.busy(costs.copy_s, "pack parameters", run=replica.params.clone)
+            yield from self._stage_out(sent)
+            request = rt.iallreduce(self.global_group, sent)
         self.pending = _Pending(k, request, self.batches, self.schedule.S)
         if finish_now:  # the epoch (adaptive) or the data ends with this batch: no batches left to wait
             yield from self._receive()
@@ -259,10 +322,27 @@ class _Gpu:
         waited = self.batches - pending.sent_batch
         if pending.request is not None:
             total = yield pending.request
-            self.replica.load(daso_merge(self.replica.params, total, waited, self.nodes))
+            yield from self._stage_in(total)
+            replica = self.replica
+            yield self.rt.busy(self.costs.merge_s, "global merge", part="update",
+                               run=lambda: replica.load(daso_merge(replica.params, total, waited, self.nodes)))
         yield from self._node_broadcast(pending.group)
         self.since_merge = 0
         self._record_sync(pending.group, S=waited, blocking=False)
+
+    def _stage_out(self, sent: Any):
+        """Host staging (``global_staging: host`` on a GPU): the buffer MPI sends goes to host memory."""
+        host = self.costs.host
+        if host is not None:
+            yield self.rt.busy(host.copy_s(payload_nbytes(sent)), "pack host staging")
+
+    def _stage_in(self, total: Any):
+        """Host staging: this rank's share of the sums on a host core, then the result back to the device."""
+        host = self.costs.host
+        if host is not None:
+            dtype_name = str(total.dtype).removeprefix("torch.")
+            yield self.rt.busy(host.reduction_s(self.params, self.nodes, dtype_name), "host reduction", part="update")
+            yield self.rt.busy(host.copy_s(payload_nbytes(total)), "unpack host staging")
 
     def _node_broadcast(self, group_index: int):
         """The global group's member on this node sends its parameters to the node's other GPUs."""

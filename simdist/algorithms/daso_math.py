@@ -3,6 +3,7 @@
 * :func:`daso_merge` — the receive rule of a non-blocking global sync,
   x ← (2S·x_local + Σ_{i=1..P} x_i) / (2S + P), where the sum holds all P group members'
   copies sent S batches earlier (this GPU's own stale copy included).
+* :func:`local_average` — the node-local gradient average, Σ_{i=1..G} g_i / G in float32.
 * :func:`to_bf16` / :func:`bf16_average` — the blocking global sync's wire format: parameters
   cast to bfloat16 for the transfer (half the bytes), the sum cast back to float32 and
   divided by P.
@@ -44,7 +45,7 @@ import torch
 
 from .tensors import cast
 
-__all__ = ["daso_merge", "to_bf16", "bf16_average", "ScheduleOptions", "Schedule", "phase_of_epoch",
+__all__ = ["daso_merge", "local_average", "to_bf16", "bf16_average", "ScheduleOptions", "Schedule", "phase_of_epoch",
            "plateau_test", "on_plateau", "cycling_start", "initial_schedule", "next_schedule", "PHASES"]
 
 PHASES = ("warmup", "cycling", "cooldown", "fixed")
@@ -61,6 +62,11 @@ def daso_merge(local: Any, received_sum: Any, S: int, P: int) -> Any:
     if weight == 0:
         return total / P
     return (cast(local, torch.float32) * weight + total) / (weight + P)
+
+
+def local_average(received_sum: Any, G: int) -> Any:
+    """The node-local allreduce's sum of the G GPUs' gradients as their float32 average."""
+    return cast(received_sum, torch.float32) / G
 
 
 def to_bf16(params: Any) -> Any:

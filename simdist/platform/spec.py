@@ -132,6 +132,10 @@ class NodeSpec(_Frozen):
         None, description="instead of cores: the node's cores split into pinned sets, each shared (processor "
         "sharing) by the devices pinned to it; a device in no set has its cpus to itself")
     intra_link: LinkSpec = Field(LinkSpec(kind="shm"), description="device ↔ node interconnect port, per device")
+    host_link: LinkSpec | None = Field(None, description=(
+        "GPU ↔ host memory link, per device (PCIe), crossed by collectives staged through host memory "
+        "(DASO's global_staging: host); default: the device kind's host interface (a100: pcie4, h100: pcie5; "
+        "simdist.platform.host_staging); cpu devices have none (their data is in host memory)"))
     nics: int = Field(1, ge=1, le=64, description="network interfaces per node; device k uses NIC k mod nics")
     co_run: CoRunSpec | None = Field(None, description=(
         "measured slow-down of cpu ranks that share the node (simdist calibrate cpu-share --overlay); default: "
