@@ -11,6 +11,8 @@ He, Zhang, Ren, Sun: "Deep Residual Learning for Image Recognition", CVPR 2016.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 from torch import nn
 
@@ -29,6 +31,11 @@ class ResNetConfig(BaseModel):
     num_classes: int | None = Field(
         None, ge=1, le=2**20, description="Classifier outputs. Default: the dataset's classes (1000 for imagenet-shape).")
     width: int = Field(64, ge=1, le=2**16, description="Channels of the stem; stages use 1, 2, 4, 8 times it. Default 64.")
+    stem: Literal["imagenet", "cifar"] = Field(
+        "imagenet", description="imagenet: 7x7 stride-2 convolution then 3x3 stride-2 max-pool (torchvision); cifar: "
+        "one 3x3 stride-1 convolution and no pooling, the usual ResNet-18 for 32x32 CIFAR images (He et al. 2016 "
+        "§4.2 starts CIFAR nets with a 3x3 convolution; pytorch-cifar's ResNet18, 11,173,962 parameters with 10 "
+        "classes). Default imagenet.")
 
 
 class _Bottleneck(nn.Module):
@@ -77,7 +84,8 @@ def _resnet(block, depths: tuple[int, ...], input_shape, num_classes: int, confi
     classes = config.num_classes or num_classes
     w = config.width
     layers: list[nn.Module] = [nn.Conv2d(input_shape[0], w, 7, 2, 3, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
-                               nn.MaxPool2d(3, 2, 1)]
+                               nn.MaxPool2d(3, 2, 1)] if config.stem == "imagenet" else \
+        [nn.Conv2d(input_shape[0], w, 3, 1, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()]
     c_in = w
     for stage, depth in enumerate(depths):
         width = w * 2**stage
