@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from simdist.algorithms import ALGORITHMS
-from simdist.ledger import LEDGER_COLUMNS, PARTS, ledger_table, part_of
+from simdist.errors import InputError
+from simdist.ledger import LEDGER_COLUMNS, PARTS, ledger_table, part_of, work_span_name
 from simdist.metrics import spans_table
 from simdist.simulate import simulate
 
@@ -14,13 +15,13 @@ from test_conformance import tiny_scenario
 
 # the parts each algorithm's workers must be charged for (servers: ``update``) in a simulation
 CHARGED = {
-    "sync": {"forward_backward", "comm_wire"},
-    "asgd": {"forward_backward", "comm_wire"},
-    "nsoftsync": {"forward_backward", "comm_wire"},
-    "dbs": {"forward_backward", "comm_wire"},
-    "daso": {"forward_backward", "comm_wire"},
-    "dcs3gd": {"forward_backward", "comm_wire", "update"},
-    "nnt": {"forward_backward", "comm_wire", "update", "eval"},
+    "sync": {"data", "forward_backward", "comm_wire", "pack", "unpack", "update"},
+    "asgd": {"data", "forward_backward", "comm_wire", "pack", "unpack"},
+    "nsoftsync": {"data", "forward_backward", "comm_wire", "pack", "unpack"},
+    "dbs": {"data", "forward_backward", "comm_wire", "pack", "unpack"},
+    "daso": {"data", "forward_backward", "comm_wire", "pack", "unpack", "update"},
+    "dcs3gd": {"data", "forward_backward", "comm_wire", "update"},
+    "nnt": {"data", "forward_backward", "comm_wire", "pack", "update", "eval"},
 }
 SERVER_ALGORITHMS = {"asgd", "nsoftsync", "dbs"}
 
@@ -36,6 +37,17 @@ def test_parts_follow_kinds_and_names():
     assert part_of("wait", "recv") == "wait"
     assert part_of("compute", "apply") == "update"
     assert part_of("compute", "nnt evaluation") == "eval"
+    assert part_of("compute", "pack gradient") == "pack"
+    assert part_of("compute", "unpack: weights") == "unpack"
+    assert part_of("compute", "checkpoint write") == "checkpoint"
+
+
+def test_an_algorithm_s_work_names_its_part_or_is_refused():
+    assert work_span_name("flatten", "pack") == "pack: flatten"
+    assert work_span_name("pack gradient", "pack") == "pack gradient"
+    assert work_span_name("apply", None) == "apply"
+    with pytest.raises(InputError, match="ledger part 'packing'.*one of: data, pack, unpack"):
+        work_span_name("flatten", "packing")
 
 
 def test_a_step_runs_from_one_forward_backward_to_the_next_and_uncovered_time_is_wait():
@@ -157,4 +169,4 @@ def test_validate_writes_the_ledger_comparison(tmp_path):
     assert list(table.columns) == ["part", "measured_s", "predicted_s", "error_pct", "share_pct"]
     step = table[table["part"] == "step"].iloc[0]
     assert step["measured_s"] == pytest.approx(step["predicted_s"]) and step["error_pct"] == pytest.approx(0.0)
-    assert {row["part"] for row in summary["ledger"]} >= {"forward_backward", "comm_wire", "step"}
+    assert {row["part"] for row in summary["ledger"]} >= {"data", "forward_backward", "comm_wire", "step"}
