@@ -203,6 +203,7 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "faults": jsonable(result.extra.get("faults")),  # crashed ranks and what was dropped (docs/faults.md)
         # which collectives a measured table priced, and how: inside it, size or ranks extrapolated
         "collective_pricing": jsonable(result.extra.get("collective_pricing") or []),
+        "collective_reduction": jsonable(result.extra.get("collective_reduction") or []),
         # per device and op (update, average, ...): measured by calibrate compute, or estimated
         "op_costs": jsonable(result.extra.get("op_costs") or []),
         # what a batch costs to load (per sample, measured, estimated or cited) and the loader model

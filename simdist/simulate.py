@@ -342,6 +342,7 @@ class Simulation:
                    "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
                    "events": self.events_processed, "faults": self._fault_figures(),
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
+                   "collective_reduction": self.world.reduction_basis(),
                    "data_loading": self.world.data_loading.describe()})
 
     def _fault_figures(self) -> dict[str, Any]:

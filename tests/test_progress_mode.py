@@ -54,7 +54,9 @@ T0, T1 = 1e-3, 1e-4
 LATENCY_S = 0.11e-6
 BANDWIDTH_BPS = 13.8e9
 S_BYTES = 40_000_000  # 10 M float32
-T_RING_S = 2 * (LATENCY_S + S_BYTES / 2 / BANDWIDTH_BPS)  # ~2.9 ms
+CPU_REDUCE_BPS = 19e9 / 3  # a cpu rank sums at its memory bandwidth over the 3 bytes a += b moves per byte
+# ring of two: two steps of half the tensor, the first summed by its receiver: ~2.9 ms on the wire + ~3.2 ms
+T_RING_S = 2 * (LATENCY_S + S_BYTES / 2 / BANDWIDTH_BPS) + S_BYTES / 2 / CPU_REDUCE_BPS
 MIB = 1 << 20
 
 
@@ -103,7 +105,7 @@ def test_progress_defaults_to_async_and_takes_on_call():
 
 
 @pytest.mark.parametrize("fidelity", ["flows", "analytic"])
-@pytest.mark.parametrize("batch", [10, 40])  # C = 2 ms < T, and C = 5 ms > T
+@pytest.mark.parametrize("batch", [10, 80])  # C = 2 ms < T, and C = 9 ms > T
 def test_iallreduce_then_compute_then_wait(fidelity, batch):
     C = T0 + T1 * batch
     overlapped = overlap_run(world("async", fidelity), {0: batch, 1: batch})
@@ -118,14 +120,14 @@ def test_iallreduce_then_compute_then_wait(fidelity, batch):
 
 
 def test_on_call_starts_when_the_slower_rank_waits_and_the_faster_one_waits_for_it():
-    c0, c1 = T0 + T1 * 10, T0 + T1 * 30  # 2 ms and 4 ms
+    c0, c1 = T0 + T1 * 10, T0 + T1 * 70  # 2 ms and 8 ms (longer than the ring)
     w = world("on_call")
     end = c1 + T_RING_S
-    assert overlap_run(w, {0: 10, 1: 30}) == {0: approx(end), 1: approx(end)}
+    assert overlap_run(w, {0: 10, 1: 70}) == {0: approx(end), 1: approx(end)}
     assert spans(w) == [(0, "comm", approx(c1), approx(end), False), (0, "comm", approx(c1), approx(end), True),
                         (0, "wait", approx(c0), approx(c1), True),
                         (1, "comm", approx(c1), approx(end), False), (1, "comm", approx(c1), approx(end), True)]
-    assert overlap_run(world("async"), {0: 10, 1: 30}) == {0: approx(T_RING_S), 1: approx(c1)}
+    assert overlap_run(world("async"), {0: 10, 1: 70}) == {0: approx(T_RING_S), 1: approx(c1)}
 
 
 def test_a_priced_collective_waits_for_the_calls_too():

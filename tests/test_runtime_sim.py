@@ -21,6 +21,7 @@ from simdist.training.replica import resolved
 T0, T1 = 1e-3, 1e-4
 LATENCY_S = 0.11e-6  # shm port-to-port, paid once per route
 BANDWIDTH_BPS = 13.8e9
+CPU_REDUCE_BPS = 19e9 / 3  # a cpu rank sums at its memory bandwidth over the 3 bytes a += b moves per byte
 
 
 def test_the_shm_figures_used_here_are_the_link_kinds():
@@ -54,7 +55,8 @@ def test_two_workers_compute_then_allreduce_exact_log(make_world, run_world, fid
     c0, c1 = T0 + T1 * 10, T0 + T1 * 20
     # ring of two: 2 steps, each moving half the tensor (2000 B) both ways on separate ports
     step_s = LATENCY_S + 2000 / BANDWIDTH_BPS
-    done = c1 + 2 * step_s  # starts when the last member (rank 1) arrives
+    # starts when the last member (rank 1) arrives; the first step's receiver sums 2000 B
+    done = c1 + 2 * step_s + 2000 / CPU_REDUCE_BPS
     assert log == approx_log([
         (0, "compute", 0.0),
         (1, "compute", 0.0),
@@ -97,7 +99,7 @@ def test_non_blocking_allreduce_is_recorded_apart_and_costs_nothing_when_done(ma
 
     run_world(world, {0: worker, 1: worker})
     c = T0 + T1 * 10
-    done = 2 * (LATENCY_S + 1000 / BANDWIDTH_BPS)
+    done = 2 * (LATENCY_S + 1000 / BANDWIDTH_BPS) + 1000 / CPU_REDUCE_BPS
     assert log == approx_log([(0, c, 2.0), (1, c, 2.0)])
     assert [(s.rank, s.kind, s.start_s, s.end_s, s.blocking) for s in world.recorder.spans] == approx_log([
         (0, "compute", 0.0, c, True),

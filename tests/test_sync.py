@@ -140,6 +140,7 @@ def test_virtual_time_is_compute_plus_ring_allreduce_per_step(profile_path):
     nbytes = 4 * PARAMS
     n = N_WORKERS
     allreduce_s = 2 * (n - 1) * (SHM_LATENCY_S + nbytes / n / SHM_BANDWIDTH_BPS)
+    allreduce_s += (n - 1) * nbytes / n / (CPU_MEMORY_BPS / 3)  # the reduce-scatter's sums (3 bytes moved per byte)
     # the rank's own work at the cpu kind's memory bandwidth (simdist.platform.op_costs): the gradient into
     # the send buffer (8 B/param), scaling the sum by 1/N (8 B/param) and the optimizer step (12 B/param)
     own_s = (8 + 8 + 12) * PARAMS / CPU_MEMORY_BPS

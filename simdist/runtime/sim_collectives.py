@@ -29,7 +29,8 @@ from typing import Any
 import simpy
 import torch
 
-from ..errors import SimulationError
+from ..errors import InputError, SimulationError
+from ..platform.devices import DEVICE_KINDS
 from ..platform.maxmin import weighted_max_min_rates
 from ..platform.network import FlowNetwork, max_min_rates, rtt_weight
 from ..training.replica import PhantomTensor, payload_nbytes, snapshot
@@ -58,13 +59,14 @@ class CollectiveExecution:
     def _init_collectives(self) -> None:
         self._collective_seq: dict[tuple[tuple[int, ...], int], int] = {}  # (group, rank) -> calls made
         self._open_ops: dict[tuple[tuple[int, ...], int], _CollectiveOp] = {}  # waiting for members
-        self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float]]] = {}
+        self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float], float]] = {}
         self._plans: dict[Any, Any] = {}
         self._alone: dict[Any, tuple] = {}  # phase -> its outcome alone on the network (_replay_alone)
         spec = self.platform.spec
         self.pricer = CollectivePricer(spec.collectives)
         self.message_costs = spec.messages
         self.reduce_Bps = spec.collectives.reduce_bandwidth if spec.collectives is not None else None
+        self._reduce_rate_Bps = reduce_rates_Bps(self.platform, self.reduce_Bps)
         self._nodes_spanned: dict[tuple[int, ...], int] = {}
         self._plan_pairs: dict[Any, dict[tuple[int, int], float]] = {}
 
@@ -236,12 +238,12 @@ class CollectiveExecution:
                 if reduce_s > 0:
                     yield env.timeout(reduce_s)
             return
-        closed_form_s, latency_s, pair_bytes = self._analytic_phase(key, phase)
+        closed_form_s, latency_s, pair_bytes, extras_s = self._analytic_phase(key, phase)
         start = env.now
         flows = [network.transfer(route(src, dst), nbytes, src=src, dst=dst, latency_s=latency_s)
                  for (src, dst), nbytes in pair_bytes.items()]
         yield simpy.AllOf(env, flows)
-        remaining = start + closed_form_s - env.now
+        remaining = max(start + closed_form_s - env.now, 0.0) + extras_s  # per-message CPU and reduction follow
         if remaining > 0:
             yield env.timeout(remaining)
 
@@ -287,8 +289,9 @@ class CollectiveExecution:
         return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
                 list(network.sent_bytes.items()), list(network.received_bytes.items()))
 
-    def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float]]:
-        """(closed-form time, latency paid before the aggregate flows, bytes per pair) of a phase.
+    def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float], float]:
+        """(closed-form time on the wire, latency paid before the aggregate flows, bytes per pair,
+        per-message and reduction time) of a phase: contention stretches the wire, not the rest.
 
         Schedules repeat one step object many times (a ring's 2(n-1) steps): each distinct
         step is costed once and its bytes are counted times its repetitions.
@@ -297,7 +300,7 @@ class CollectiveExecution:
         if cached is None:
             step_costs: dict[int, tuple[float, float]] = {}
             repeats: dict[int, list] = {}  # id(step) -> [step, count], in order of first appearance
-            total_s = latency_s = 0.0
+            total_s = latency_s = extras_s = 0.0
             for step in phase:
                 cost = step_costs.get(id(step))
                 if cost is None:
@@ -306,11 +309,13 @@ class CollectiveExecution:
                 repeats[id(step)][1] += 1
                 latency_s += cost[0]
                 total_s += cost[1]
-            cached = self._analytic_cache[key] = (total_s, latency_s, _pair_totals(repeats.values()))
+                extras_s += cost[2]
+            cached = self._analytic_cache[key] = (total_s, latency_s, _pair_totals(repeats.values()), extras_s)
         return cached
 
-    def _uncontended_step(self, step) -> tuple[float, float]:
-        """(smallest route latency, duration) of one step alone on an idle platform.
+    def _uncontended_step(self, step) -> tuple[float, float, float]:
+        """(smallest route latency, duration on the wire, per-message and reduction time) of one
+        step alone on an idle platform.
 
         The duration is that of the slowest transfer, latency + bytes / rate, its rates the
         platform's sharing rule (max-min, or RTT-weighted) over the step's transfers; a
@@ -335,7 +340,7 @@ class CollectiveExecution:
             nbytes = step[i].nbytes / parts
             duration = max(duration, latency + (nbytes / rate if nbytes > 0 else 0.0))
         message_s, reduce_s = self._step_extras(step)
-        return min(latencies), duration + message_s + reduce_s
+        return min(latencies), duration, message_s + reduce_s
 
     def _step_extras(self, step) -> tuple[float, float]:
         """(per-message costs, reduction time) one step of a schedule adds to its transfers.
@@ -343,12 +348,11 @@ class CollectiveExecution:
         Per-message (LogGP, ``platform.messages``): the busiest sender injects its messages one
         after another (``o_s`` each, at least ``g`` apart) and the busiest receiver takes
         ``o_r`` per message; a message above the eager limit first pays the rendezvous
-        handshake. Reduction (``collectives.reduce_bandwidth``, gamma): the busiest receiver of
-        a reducing step sums what it received.
+        handshake. Reduction (gamma): the slowest receiver of a reducing step sums what it
+        received, at ``collectives.reduce_bandwidth`` or its device's estimate
+        (:func:`reduce_rates_Bps`).
         """
-        costs, reduce_Bps = self.message_costs, self.reduce_Bps
-        if costs is None and reduce_Bps is None:
-            return 0.0, 0.0
+        costs = self.message_costs
         sent: dict[int, int] = {}
         received: dict[int, int] = {}
         reduced: dict[int, float] = {}
@@ -364,8 +368,47 @@ class CollectiveExecution:
             spacing = max(costs.gap, costs.send_overhead)
             message_s = (costs.send_overhead + (max(sent.values()) - 1) * spacing
                          + max(received.values()) * costs.recv_overhead + costs.handshake_s(largest))
-        reduce_s = max(reduced.values(), default=0.0) / reduce_Bps if reduce_Bps else 0.0
+        rates = self._reduce_rate_Bps
+        reduce_s = max((nbytes / rates[rank] for rank, nbytes in reduced.items()), default=0.0)
         return message_s, reduce_s
+
+    def reduction_basis(self) -> list[dict[str, Any]]:
+        """How the collectives' reduction arithmetic was priced, for the run's manifest."""
+        collectives = self.platform.spec.collectives
+        if self.reduce_Bps is not None:
+            return [{"basis": "measured", "reduce_bandwidth_Bps": self.reduce_Bps, "source": collectives.reduce_source}]
+        kinds = sorted({d.kind for d in self.platform.devices})
+        return [{"basis": "estimate", "device": kind, "reduce_bandwidth_Bps": _estimated_reduce_Bps(kind),
+                 "source": f"memory bandwidth / {BYTES_MOVED_PER_REDUCED_BYTE:g} (read both operands, write the sum): "
+                           + DEVICE_KINDS.get(kind).memory_source} for kind in kinds]
+
+
+BYTES_MOVED_PER_REDUCED_BYTE = 3.0  # a += b streams a and b in and a out
+
+
+def _estimated_reduce_Bps(kind_name: str) -> float:
+    """Bytes per second a device of ``kind_name`` reduces: its memory bandwidth over the bytes moved per byte."""
+    kind = DEVICE_KINDS.get(kind_name)
+    if not kind.memory_bandwidth_Bps:
+        raise InputError(f"device kind {kind_name!r} has no memory bandwidth to estimate its collectives' reduction "
+                         "from; set platform.collectives.reduce_bandwidth (simdist calibrate network measures it)",
+                         source="platform")
+    return kind.memory_bandwidth_Bps / BYTES_MOVED_PER_REDUCED_BYTE
+
+
+def reduce_rates_Bps(platform: Any, measured_Bps: float | None) -> list[float]:
+    """Per rank, the bytes per second its collectives reduce received data at: the platform's
+    measured ``collectives.reduce_bandwidth`` where given, else the rank's device estimate (an
+    MPI allreduce sums on the host CPU, NCCL in a GPU kernel: either streams memory). A CPU rank
+    with less than a core (``cpus`` < 1) sums at that share of the rate, as its op costs do."""
+    by_kind: dict[str, float] = {}
+    rates = []
+    for device in platform.devices:
+        rate = measured_Bps if measured_Bps is not None else by_kind.setdefault(device.kind,
+                                                                                _estimated_reduce_Bps(device.kind))
+        share = device.cpus if (device.cpus is not None and device.cpus < 1) else 1.0
+        rates.append(rate * share)
+    return rates
 
 
 def _pair_totals(repeats) -> dict[tuple[int, int], float]:
