@@ -30,6 +30,10 @@ Points: every algorithm at every rank count and model, with validation_table's p
 on a ring of at least 3 workers) and its workload (synthetic 64-feature data, batch 2048 per
 worker; ``--models`` sets the MLP's hidden widths, ``512x512`` being the validation table's).
 
+The time ledger's target is scored too, from validate's ``validation_ledger.csv``: every part
+of at least 5 % of the real step (data, forward_backward, pack, comm_wire, wait, unpack,
+update ...) within 15 % of the real part (``ledger_*`` columns).
+
 Prints per point: median and p90 |error| of the per-iteration time (first iteration of every
 worker left out, as validate does), the total-time error, and per part of an iteration
 (compute = forward/backward spans, comm, wait, host = the rest: optimizer step, data, packing)
@@ -75,10 +79,13 @@ ALGORITHMS = ("sync", "asgd", "nsoftsync", "dbs", "daso", "dcs3gd", "nnt")
 DEFAULT_MODELS = "256x256,512x512"
 PARTS = ("compute", "comm", "wait", "host")
 TARGET_MEDIAN_PCT, TARGET_P90_PCT = 10.0, 20.0
+# the time ledger's target: every part of at least this share of the real step within this error
+LEDGER_SHARE_PCT, LEDGER_PART_PCT = 5.0, 15.0
 COLUMNS = (["algorithm", "ranks", "model", "iterations", "median_pct", "p90_pct", "total_pct",
             "real_iteration_ms", "sim_iteration_ms", "mean_iteration_pct"]
            + [f"{part}_{what}" for part in PARTS for what in ("real_ms", "sim_ms", "pct", "contrib_pct")]
-           + ["within_target", "profile_fb_ms", "real_fb_cpu_ms", "real_fb_cpu_slowest_ms", "fb_level_pct",
+           + ["within_target", "ledger_parts_checked", "ledger_parts_within", "ledger_worst_part", "ledger_within_target",
+              "profile_fb_ms", "real_fb_cpu_ms", "real_fb_cpu_slowest_ms", "fb_level_pct",
               "real_wall_over_cpu", "other_load_calibrate", "other_load_run", "steal", "attempts", "dir"])
 BATCH_SIZE = 2048  # per worker, validation_table's standard workload
 BUSY_CORES = 0.1  # other processes' CPU above which a calibration or run is not this machine's (validation_table)
@@ -249,6 +256,19 @@ def errors(table: pd.DataFrame, skip_first: int = 1) -> tuple[dict[str, Any], pd
     return row, pd.DataFrame(per_worker)
 
 
+def ledger_target(ledger: pd.DataFrame) -> dict[str, Any]:
+    """The ledger's part-by-part verdict from ``validation_ledger.csv`` (:func:`simdist.ledger.compare_ledgers`):
+    the parts of at least LEDGER_SHARE_PCT of the real step, how many are within LEDGER_PART_PCT,
+    the worst of them (``update +23.1``) and whether all are."""
+    rows = ledger[(ledger["part"] != "step") & (ledger["share_pct"].fillna(0.0) >= LEDGER_SHARE_PCT)]
+    errors = rows.set_index("part")["error_pct"].astype(float)
+    within = int((errors.abs() <= LEDGER_PART_PCT).sum())
+    worst = errors.abs().idxmax() if len(errors) else None
+    return {"ledger_parts_checked": int(len(errors)), "ledger_parts_within": within,
+            "ledger_worst_part": None if worst is None else f"{worst} {errors[worst]:+.1f}",
+            "ledger_within_target": bool(len(errors)) and within == len(errors)}
+
+
 def worst_part(row: dict[str, Any]) -> str:
     """The part whose difference moves the mean iteration most, e.g. ``comm +12.3``."""
     part = max(PARTS, key=lambda p: abs(row.get(f"{p}_contrib_pct") or 0.0))
@@ -378,6 +398,9 @@ def score(p: dict, here: Path) -> dict[str, Any]:
     summary = json.loads((here / "validate" / "validation.json").read_text(encoding="utf-8"))
     saved = json.loads((here / "point.json").read_text(encoding="utf-8")) if (here / "point.json").is_file() else {}
     row, per_worker = errors(pd.read_csv(here / "validate" / "validation.csv"))
+    ledger = here / "validate" / "validation_ledger.csv"
+    if ledger.is_file():
+        row.update(ledger_target(pd.read_csv(ledger)))
     row.update(algorithm=p["algorithm"], ranks=p["ranks"], model=model_label(p["widths"]),
                total_pct=summary.get("total_time_error_pct"), other_load_calibrate=saved.get("other_load_calibrate"),
                other_load_run=other_load(summary), steal=summary.get("host_steal_cores"),
@@ -416,6 +439,9 @@ def finish(rows: list[dict[str, Any]], workers: list[pd.DataFrame], out: Path) -
     write_csv(out / "predictive_validation.csv", rows)
     hits = sum(r["within_target"] for r in rows)
     print(f"# within median <= {TARGET_MEDIAN_PCT:g} % and p90 <= {TARGET_P90_PCT:g} %: {hits} of {len(rows)} points")
+    ledger_hits = sum(bool(r.get("ledger_within_target")) for r in rows)
+    print(f"# every ledger part of >= {LEDGER_SHARE_PCT:g} % of the step within {LEDGER_PART_PCT:g} %: "
+          f"{ledger_hits} of {len(rows)} points")
 
 
 def rescore(todo: list[dict], out: Path) -> int:

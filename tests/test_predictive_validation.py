@@ -190,3 +190,18 @@ def test_rescore_rebuilds_the_rows_from_saved_points(pv, tmp_path, capsys):
     assert row["other_load_run"] == pytest.approx(0.02) and row["fb_level_pct"] == pytest.approx(39.66, abs=0.01)
     workers = pd.read_csv(tmp_path / "per_worker.csv")
     assert list(workers["worker"]) == [0, 1] and set(workers["point"]) == {"sync-2-8"}
+
+
+def test_the_ledger_target_checks_every_part_of_five_percent_or_more(pv):
+    ledger = pd.DataFrame({
+        "part": ["data", "forward_backward", "update", "comm_wire", "step"],
+        "measured_s": [0.001, 0.08, 0.01, 0.009, 0.1],
+        "predicted_s": [0.0, 0.085, 0.013, 0.0095, 0.108],
+        "error_pct": [-100.0, 6.25, 30.0, 5.6, 8.0],
+        "share_pct": [1.0, 80.0, 10.0, 9.0, 100.0]})
+    verdict = pv.ledger_target(ledger)
+    # data is 1 % of the step: not checked; update is 10 % and 30 % off: the miss
+    assert verdict == {"ledger_parts_checked": 3, "ledger_parts_within": 2, "ledger_worst_part": "update +30.0",
+                       "ledger_within_target": False}
+    ledger.loc[ledger["part"] == "update", "error_pct"] = -12.0
+    assert pv.ledger_target(ledger)["ledger_within_target"] is True
