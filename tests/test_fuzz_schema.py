@@ -96,7 +96,18 @@ def _schema_errors(doc: dict) -> list[str]:
 
     validator = jsonschema.Draft202012Validator(scenario_schema())
     return [f"{list(e.absolute_path)}: {e.message[:120]}" for e in validator.iter_errors(doc)
-            if not (isinstance(e.instance, str) and set(e.absolute_path) & UNIT_FIELDS)]
+            if not _only_unit_strings(e)]
+
+
+def _only_unit_strings(error) -> bool:
+    """Whether ``error`` is a unit string where the schema says number — or a choice (anyOf, oneOf:
+    an algorithm's options) one of whose branches fails on nothing else."""
+    if isinstance(error.instance, str) and set(error.absolute_path) & UNIT_FIELDS:
+        return True
+    branches: dict = {}
+    for sub in error.context or ():
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    return any(all(_only_unit_strings(sub) for sub in subs) for subs in branches.values())
 
 
 @settings(_CI, max_examples=60)
