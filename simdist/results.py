@@ -208,6 +208,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "op_costs": jsonable(result.extra.get("op_costs") or []),
         # what a batch costs to load (per sample, measured, estimated or cited) and the loader model
         "data_loading": jsonable(result.extra.get("data_loading")),
+        # the job's validation pass and checkpoint at epoch ends (simdist.training.epoch_end); null: none
+        "epoch_end": jsonable(result.extra.get("epoch_end")),
         "packages": package_versions(),
         "content_hash": content_hash(result.scenario, result.platform, result.seed),
         "summary": summary,

@@ -31,6 +31,7 @@ from .platform.spec import Interval, LatencySeconds, PlatformSpec
 from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
 from .training.data_loading import DataLoadingConfig
+from .training.epoch_end import CheckpointConfig, ValidationConfig
 from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
 from .inputfile import CAPS, file_exists, read_input_text
@@ -80,12 +81,20 @@ class WorkloadConfig(_Config):
     data_loading: DataLoadingConfig | None = Field(
         None, description="what loading a sample costs and how many loader workers hide it (docs/host_costs.md); "
                           "default: the dataset's own figure, or indexing it out of memory, loaded by the rank itself")
+    validation: ValidationConfig | None = Field(
+        None, description="the job's own validation pass at epoch ends, charged as the ledger's eval "
+                          "(simdist.training.epoch_end); default: none")
+    checkpoint: CheckpointConfig | None = Field(
+        None, description="the job's checkpoint (model + optimizer state) written by worker 0 at epoch ends, "
+                          "charged as the ledger's checkpoint; default: none")
 
     @model_serializer(mode="wrap")
     def _absent_sections_unwritten(self, handler):
         data = handler(self)  # sections left out stay out: the resolved scenario (and its content hash) is as before
-        if isinstance(data, dict) and self.data_loading is None:
-            data.pop("data_loading", None)
+        if isinstance(data, dict):
+            for section in ("data_loading", "validation", "checkpoint"):
+                if getattr(self, section) is None:
+                    data.pop(section, None)
         return data
 
 

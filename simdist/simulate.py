@@ -36,6 +36,7 @@ from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data import EpochSharder, ShardIterator
 from .training.data_loading import build_data_loading
+from .training.epoch_end import EpochEndCosts, EpochEndSchedule, optimizer_state_buffers
 from .training.loss_curve import LossCurveConfig
 from .training.replica import PhantomReplica, PhantomTensor
 from .training.workload import Workload, build_workload
@@ -133,6 +134,7 @@ class Simulation:
                                                          self.platform, self.op_costs.measured)
         except InputError as exc:
             raise exc.at(source=exc.source or scenario.source) from None
+        self.world.epoch_end = self._epoch_end()  # the job's validation pass and checkpoint (ledger eval, checkpoint)
         try:
             self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
         except InputError as exc:
@@ -147,6 +149,28 @@ class Simulation:
         self.process_ranks: list[int] = []
         self.events_processed = 0
         self._background: set[simpy.Event] = set()  # timers that must not keep a stalled run alive
+
+    def _epoch_end(self) -> EpochEndCosts | None:
+        """What the job does at epoch ends (``workload.validation``, ``workload.checkpoint``), priced on this platform."""
+        config, workload = self.scenario.workload, self.workload
+        if config.validation is None and config.checkpoint is None:
+            return None
+        samples = 0
+        if config.validation is not None:
+            held_out = workload.dataset.test_size
+            samples = config.validation.samples or held_out
+            if samples == 0:
+                raise InputError("the dataset has no test samples to validate on; give the validation set's size",
+                                 source=self.scenario.source, field="workload.validation.samples")
+            if samples > held_out and not workload.dataset.shape_only:  # a real run evaluates what it holds
+                raise InputError(f"{samples} is more than the dataset's {held_out} test samples; give at most "
+                                 f"{held_out} (or leave it out: all of them)", source=self.scenario.source,
+                                 field="workload.validation.samples")
+        return EpochEndCosts(
+            EpochEndSchedule(config.validation, config.checkpoint, self.workers), validation_samples=samples,
+            state_buffers=optimizer_state_buffers(config.optimizer.name, config.optimizer.momentum),
+            params=workload.param_count, forward_s=self.compute.forward_s, save_s=self.op_costs.save_seconds,
+            loading=self.world.data_loading, storage_Bps=self.platform.spec.node.storage_write_bandwidth)
 
     def _make_algorithm(self):
         s = self.scenario
@@ -343,7 +367,8 @@ class Simulation:
                    "events": self.events_processed, "faults": self._fault_figures(),
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
                    "collective_reduction": self.world.reduction_basis(),
-                   "data_loading": self.world.data_loading.describe()})
+                   "data_loading": self.world.data_loading.describe(),
+                   "epoch_end": self.world.epoch_end.describe() if self.world.epoch_end is not None else None})
 
     def _fault_figures(self) -> dict[str, Any]:
         """Crashed ranks and what was lost with them (all zero without faults)."""

@@ -234,7 +234,7 @@ def test_an_absent_section_leaves_the_resolved_scenario_as_it_was():
 def test_a_real_run_times_its_batch_fetch_as_data_right_before_forward_backward():
     spans = []
     world = SimpleNamespace(
-        rank=0, size=1, now=time.perf_counter, progress=None, cpu=CpuClock(),
+        rank=0, size=1, now=time.perf_counter, progress=None, cpu=CpuClock(), epoch_end=None,
         fetch=lambda batch: (time.sleep(0.002), np.arange(batch.size))[1],
         gradient=lambda replica, tensors: (tensors * 2, float(tensors.sum())),
         span=lambda kind, name, start, end, **args: spans.append((kind, name, start, end)))

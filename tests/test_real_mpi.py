@@ -97,3 +97,18 @@ def test_nnt_three_ranks_times_its_epoch_sync_evaluations_as_compute(tmp_path):
     syncs = pd.read_csv(out / "events.csv").query("kind == 'nnt_sync'")
     assert len(syncs) == 6 and syncs["test_accuracy"].notna().all()
     assert len(compute_cpu(out)) == len(load_result_dir(out).steps.query("source == 'own'"))  # fits see fwd/bwd only
+
+
+def test_a_real_run_validates_and_checkpoints_at_epoch_ends_under_the_simulator_s_names(tmp_path):
+    out = run_real(SCENARIO, 2, tmp_path, overrides=["platform.node.devices=2", "stop.epochs=2", "stop.steps=null",
+                                                     "workload.validation={every_epochs: 1, samples: 100}",
+                                                     "workload.checkpoint={every_epochs: 2}"],
+                   timeout_s=120, plots=False)
+    spans = [e for e in span_events(out) if e["name"] in ("eval: validation pass", "checkpoint write")]
+    validations = sorted(e["tid"] for e in spans if e["name"] == "eval: validation pass")
+    assert validations == [0, 0, 1, 1]  # every worker, after each of its 2 epochs (the last one at its end)
+    (checkpoint,) = [e for e in spans if e["name"] == "checkpoint write"]  # worker 0, after epoch 2 only
+    assert checkpoint["tid"] == 0 and checkpoint["cat"] == "compute" and checkpoint["dur"] > 0
+    ledger = pd.read_csv(out / "ledger.csv")
+    assert (ledger.groupby("rank")["eval"].apply(lambda col: int((col > 0).sum())) == 2).all()
+    assert (ledger["checkpoint"] > 0).sum() == 1 and ledger.loc[ledger["checkpoint"] > 0, "rank"].item() == 0

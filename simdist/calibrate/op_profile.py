@@ -6,7 +6,8 @@ each on float32 vectors with the torch threads and device of the profile, and wr
 seconds per parameter (``average``: per input buffer) into the profile's ``ops`` section,
 where the simulator prefers them to its memory-bandwidth estimate. ``gather`` (random rows of
 64 elements picked into a batch) prices indexing a batch out of an in-memory dataset
-(:mod:`simdist.training.data_loading`).
+(:mod:`simdist.training.data_loading`); ``save`` (``torch.save`` of the vector into a temporary
+file, deleted after each write) prices a checkpoint (:mod:`simdist.training.epoch_end`).
 
 Each op is timed on vectors of ``params`` parameters (default 4 Mi: 16 MiB per buffer, past
 the caches, as a model's parameters are), warmed up, then the median of repeated runs
@@ -15,6 +16,8 @@ within a time budget.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from typing import Callable
 
@@ -59,8 +62,16 @@ def _kernels(params: int, device: str, place: Callable) -> dict[str, Callable[[]
     def gather() -> None:  # a batch of random rows out of an in-memory dataset (simdist.training.data_loading)
         torch.index_select(table, 0, rows, out=picked)
 
+    def save() -> None:  # a checkpoint: torch.save into a file (page cache), deleted again
+        handle, path = tempfile.mkstemp(prefix="simdist-op-save-")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                torch.save(w, out)
+        finally:
+            os.unlink(path)
+
     return {"update": update, "average": average, "compensate": compensate, "copy": copy, "cast": cast,
-            "gather": gather}
+            "gather": gather, "save": save}
 
 
 def _sync(device: str) -> None:

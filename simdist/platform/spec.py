@@ -136,6 +136,10 @@ class NodeSpec(_Frozen):
         "GPU ↔ host memory link, per device (PCIe), crossed by collectives staged through host memory "
         "(DASO's global_staging: host); default: the device kind's host interface (a100: pcie4, h100: pcie5; "
         "simdist.platform.host_staging); cpu devices have none (their data is in host memory)"))
+    storage_write_bandwidth: BytesPerSecond | None = Field(None, description=(
+        "what the node's storage takes a checkpoint at, e.g. '2GBps' (a parallel file system's share, a disk "
+        "written through); default: none below host memory (a checkpoint lands in the page cache: "
+        "simdist.training.epoch_end)"))
     nics: int = Field(1, ge=1, le=64, description="network interfaces per node; device k uses NIC k mod nics")
     co_run: CoRunSpec | None = Field(None, description=(
         "measured slow-down of cpu ranks that share the node (simdist calibrate cpu-share --overlay); default: "

@@ -259,7 +259,8 @@ class MPIWorld:
 
     def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
                  stop_steps: int | None = None, time_limit_s: float | None = None, spin: bool = True,
-                 progress: bool = True, probe: bool = True, fetch: Callable[[Any], Any] | None = None):
+                 progress: bool = True, probe: bool = True, fetch: Callable[[Any], Any] | None = None,
+                 epoch_end: Any = None):
         from mpi4py import MPI
         from mpi4py.util import pkl5
 
@@ -274,6 +275,8 @@ class MPIWorld:
         # gradient takes what fetch returned instead of the batch
         self.gradient = gradient
         self.fetch = fetch
+        self.epoch_end = epoch_end  # simdist.training.epoch_end.EpochEndRunner, or None: no epoch-end work
+        self.last_replica: Any = None  # the replica this rank last computed on (its epoch-end work's state)
         self.workers = tuple(workers)
         self.spin = spin  # this rank has a core to itself: waiting may spin
         self.stop_steps = stop_steps
@@ -408,6 +411,14 @@ class MPIWorld:
     def finished(self) -> bool:
         return self.stop_reason is not None or set(self.workers) <= self.done_workers
 
+    def epoch_end_work(self, tasks: list) -> None:
+        """Do this rank's owed epoch-end work (validation pass, checkpoint) for real, each timed as a span."""
+        for task in tasks:
+            start, cpu = self.now(), time.thread_time()
+            self.epoch_end.perform(self.rank, task, self.last_replica)
+            self.cpu.compute_s += time.thread_time() - cpu  # timed apart: not host work between calls
+            self.span("compute", self.epoch_end.span_name(task), start, self.now())
+
     def span(self, kind: str, name: str, start_s: float, end_s: float, **args: Any) -> None:
         """A span of this rank, stamped with its host CPU so far (see :class:`CpuClock`)."""
         self.recorder.span(self.rank, kind, name, start_s, end_s, host_cpu_s=self.cpu.host_s(), **args)
@@ -438,6 +449,9 @@ class MPIRuntime:
         """Fetch the batch's tensors (a ``data`` span, the simulator's data loading) and run the
         forward/backward on them (the ``forward/backward`` span), at the call."""
         world = self.world
+        if world.epoch_end is not None:  # the last epoch's validation and checkpoint come first
+            world.epoch_end_work(world.epoch_end.schedule.before_batch(self.rank, batch))
+            world.last_replica = replica
         inputs, start = batch, self.now()
         if world.fetch is not None:  # the forward/backward starts where the data span ends (the ledger's step)
             fetch_cpu = time.thread_time()
@@ -566,6 +580,8 @@ class MPIDriver:
                 try:
                     request = generator.send(value)
                 except StopIteration:
+                    if world.epoch_end is not None:  # after the last epoch
+                        world.epoch_end_work(world.epoch_end.schedule.at_finish(rank))
                     break
                 if not isinstance(request, _Request):
                     raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")

@@ -106,7 +106,8 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     evaluate(0.0, 0)
     wall_start = time.perf_counter()
     world = MPIWorld(comm, recorder, gradient=gradient, fetch=workload.batch_tensors, workers=setup.workers, stop_steps=scenario.stop.steps,
-                     time_limit_s=scenario.stop.virtual_time, spin=rank_spins(rank, size, args.affinity))
+                     time_limit_s=scenario.stop.virtual_time, spin=rank_spins(rank, size, args.affinity),
+                     epoch_end=_epoch_end_runner(scenario, workload, setup.workers))
     driver = MPIDriver(world)
     if args.calibrate:
         network = measure_network(world, driver, setup.workers, workload.param_count)
@@ -157,6 +158,17 @@ def run_rank(args: argparse.Namespace, comm) -> int:
         _write_calibration(out, [g[3] for g in gathered if g[3] is not None], torch.get_num_threads())
     world.ctl.Barrier()
     return 0
+
+
+def _epoch_end_runner(scenario, workload, workers):
+    """The job's validation pass and checkpoint, done for real at epoch ends (None: the scenario has neither)."""
+    from ..training.epoch_end import EpochEndRunner, EpochEndSchedule
+
+    config = scenario.workload
+    if config.validation is None and config.checkpoint is None:
+        return None
+    samples = config.validation.samples if config.validation is not None else None
+    return EpochEndRunner(EpochEndSchedule(config.validation, config.checkpoint, workers), workload, samples)
 
 
 def _write_calibration(out, parts: list, threads: int) -> None:

@@ -82,7 +82,9 @@ class CohortRuntime:
         """
         world, env = self.world, self.world.env
         start, batch_size = env.now, int(batches[0].size)
-        waits = self._get_batches(start, batch_size, getattr(batches[0], "epoch", 0))
+        ahead = self._epoch_end(start, self._owed_epoch_end(batches))  # the last epoch's validation, checkpoint
+        waits = self._get_batches(start + ahead, batch_size, getattr(batches[0], "epoch", 0))
+        waits = ahead + waits  # before each rank's forward/backward (0.0 + x is x: no epoch end changes nothing)
         start = start + waits  # when each rank's forward/backward starts
         if np.ndim(start) == 0:
             durations = world.compute_model.durations_s(self._rank_list, batch_size, start)
@@ -127,8 +129,46 @@ class CohortRuntime:
         if not np.any(waits > 0):
             return 0.0
         self.world.recorder.span_block(SpanBlock(self.ranks, "compute" if loading.serial else "wait", "data",
-                                                 np.full(len(waits), now_s), now_s + waits))
+                                                 np.broadcast_to(now_s, waits.shape).astype(float), now_s + waits))
         return float(waits[0]) if np.all(waits == waits[0]) else waits
+
+    def _owed_epoch_end(self, batches: Sequence[Any]) -> list[list[Any]] | None:
+        """Per rank, the epoch-end work it owes before ``batches`` (None: none owed by anyone)."""
+        epoch_end = self.world.epoch_end
+        if epoch_end is None:
+            return None
+        schedule = epoch_end.schedule
+        owed = [schedule.before_batch(rank, batch) for rank, batch in zip(self._rank_list, batches)]
+        return owed if any(owed) else None
+
+    def _epoch_end(self, now_s: float, owed: list[list[Any]] | None) -> Any:
+        """Record the owed epoch-end work from ``now_s`` (validation, then checkpoint); its seconds
+        per rank: 0.0, one float for all, or an array where ranks differ (the checkpoint's writer)."""
+        if owed is None:
+            return 0.0
+        epoch_end = self.world.epoch_end
+        at = np.full(len(self._rank_list), float(now_s))
+        for kind in ("validation", "checkpoint"):
+            seconds = np.array([sum(epoch_end.seconds(rank, task) for task in tasks if task.kind == kind)
+                                for rank, tasks in zip(self._rank_list, owed)])
+            doing = seconds > 0
+            if doing.any():
+                name = epoch_end.span_name(next(t for tasks in owed for t in tasks if t.kind == kind))
+                self.world.recorder.span_block(SpanBlock(self.ranks[doing], "compute", name, at[doing],
+                                                         at[doing] + seconds[doing]))
+                at = at + seconds
+        ahead = at - now_s
+        return float(ahead[0]) if np.all(ahead == ahead[0]) else ahead
+
+    def finish_epoch(self):
+        """The epoch-end work every rank owes after the last epoch (a generator of SimPy events)."""
+        epoch_end = self.world.epoch_end
+        if epoch_end is None:
+            return
+        owed = [epoch_end.schedule.at_finish(rank) for rank in self._rank_list]
+        ahead = self._epoch_end(self.world.env.now, owed if any(owed) else None)
+        if np.any(np.asarray(ahead) > 0):
+            yield self.world.env.timeout(float(np.max(ahead)))
 
     def busy(self, durations_s: Any, name: str, *, part: str | None = None,
              run: Callable[[], Any] | None = None) -> simpy.Event:

@@ -91,6 +91,7 @@ class SimWorld(CollectiveExecution):
         self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
         self.data_loading: Any = None  # what a batch costs before compute (simdist.training.data_loading); None: free
+        self.epoch_end: Any = None  # validation and checkpoint at epoch ends (simdist.training.epoch_end); None: none
         # platform.progress: on_call tracks who is inside a runtime call; async (None) lets everything move
         self.on_call = OnCallProgress(self.env) if platform.spec.progress == "on_call" else None
 
@@ -136,12 +137,25 @@ class SimWorld(CollectiveExecution):
         Not when node cores are shared (a rank's compute rate depends on what the ranks sharing
         its cores do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
         """
-        return self._cores is None and not self.crash_possible
+        return self._cores is None and not self.crash_possible and not self._epoch_end_splits_loaders()
+
+    def _epoch_end_splits_loaders(self) -> bool:
+        """Whether only some ranks' epoch-end work (the checkpoint's writer) would set their loader
+        workers' clocks apart, which a cohort's shared loader state cannot follow."""
+        loading = self.data_loading
+        return (self.epoch_end is not None and self.epoch_end.schedule.differs_by_rank()
+                and loading is not None and not loading.serial)
 
     def spawn_cohort(self, ranks: Iterable[int], process: CohortProcess) -> simpy.Process:
         """Run a cohort process for ``ranks`` moving in lockstep (see :mod:`.cohort`); its
         requests are SimPy events, so SimPy drives it directly."""
-        return self.env.process(process(CohortRuntime(self, list(ranks))))
+        cohort = CohortRuntime(self, list(ranks))
+        return self.env.process(self._drive_cohort(cohort, process(cohort)))
+
+    @staticmethod
+    def _drive_cohort(cohort: CohortRuntime, generator: Generator):
+        yield from generator
+        yield from cohort.finish_epoch()
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
@@ -150,6 +164,7 @@ class SimWorld(CollectiveExecution):
             try:
                 request = generator.send(value)
             except StopIteration:
+                yield from self._finish_epoch(rank)
                 if on_call is not None:
                     on_call.finished(rank)
                 return
@@ -173,6 +188,13 @@ class SimWorld(CollectiveExecution):
                 value = request.partial_result()
             elif request.kind == "comm":
                 self._account_blocking(rank, request, waited_from)
+
+    def _finish_epoch(self, rank: int):
+        """The epoch-end work a rank owes after its last epoch, before its process ends."""
+        if self.epoch_end is None:
+            return
+        for task in self.epoch_end.schedule.at_finish(rank):
+            yield self.busy(rank, self.epoch_end.seconds(rank, task), self.epoch_end.span_name(task)).event
 
     def crash(self, node: int, ranks: Iterable[int]) -> None:
         """The node's ranks stop now: not resumed again; their undelivered mail is dropped."""
@@ -212,6 +234,8 @@ class SimWorld(CollectiveExecution):
         if owed > 0:  # the CPU finishes its sends' overhead first
             self.recorder.span(rank, "comm", "message overhead", start, start + owed)
             start += owed
+        epoch_end_s = self._epoch_end_work(rank, self._owed_epoch_end(rank, batch), start)
+        start += epoch_end_s
         loading = self.data_loading
         load_s = 0.0 if loading is None else loading.wait_s(rank, start, batch_size, getattr(batch, "epoch", 0))
         if load_s > 0:  # loading is the rank's own work; waiting for loader workers leaves it idle
@@ -219,7 +243,7 @@ class SimWorld(CollectiveExecution):
             start += load_s
         duration = self.compute_model.duration_s(rank, batch_size, start)
         # the timer is the request's event; the waiting rank reads the gradient (``_drive``)
-        request = ComputeRequest("compute", "forward/backward", env.timeout(owed + load_s + duration), start,
+        request = ComputeRequest("compute", "forward/backward", env.timeout(owed + epoch_end_s + load_s + duration), start,
                                  duration_s=duration, env=env, resolve=self._gradient_source(rank, replica, batch), batch_size=batch_size,
                                  grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = start + duration
@@ -231,18 +255,23 @@ class SimWorld(CollectiveExecution):
     def _shared_compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
         """Compute as work on the rank's shared cores; its duration emerges from the sharing.
 
-        Loading the batch first (``loader_workers: 0``) is work on the same cores; waiting for
-        loader workers is not (their own cores are not part of the pool). ``at_fraction`` uses
-        the durations estimated at the start (the rank's fair share then).
+        Epoch-end work owed and loading the batch first (``loader_workers: 0``) are work on the
+        same cores; waiting for loader workers is not (their own cores are not part of the
+        pool). ``at_fraction`` uses the durations estimated at the start (the rank's fair share then).
         """
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
-        work = self.compute_model.work_core_s(rank, batch_size, start) + \
-            self._owed_cpu_s(rank) * (self.platform.devices[rank].cpus or 1.0)
+        cpus = self.platform.devices[rank].cpus or 1.0
+        work = self.compute_model.work_core_s(rank, batch_size, start) + self._owed_cpu_s(rank) * cpus
         rate = self._enter_pool(rank)
+        stages = [(self.epoch_end.span_name(task), self.epoch_end.seconds(rank, task) * cpus)
+                  for task in self._owed_epoch_end(rank, batch)]
         load_core_s, wait_s = self._batch_cost(rank, batch, start)
+        if load_core_s > 0:
+            stages.append(("data", load_core_s))
         estimate = work / rate
-        request = ComputeRequest("compute", "forward/backward", env.event(), start + load_core_s / rate + wait_s,
+        request = ComputeRequest("compute", "forward/backward", env.event(),
+                                 start + sum(core_s for _, core_s in stages) / rate + wait_s,
                                  duration_s=estimate, env=env, resolve=self._gradient_source(rank, replica, batch),
                                  batch_size=batch_size, grad_like=getattr(replica, "params", None))
         self._compute_until[rank] = request.started_s + estimate
@@ -262,17 +291,43 @@ class SimWorld(CollectiveExecution):
 
             self._work_on_cores(rank, work, finish)
 
-        if load_core_s > 0:  # the rank loads its batch on its shared cores first
-            def loaded() -> None:
-                self.recorder.span(rank, "compute", "data", start, env.now)
+        def get_batch() -> None:
+            if wait_s > 0:  # the loader workers have not finished its batch yet
+                self.recorder.span(rank, "wait", "data", env.now, env.now + wait_s)
+                env.timeout(wait_s).callbacks.append(lambda _event: forward_backward())
+            else:
                 forward_backward()
-            self._work_on_cores(rank, load_core_s, loaded)
-        elif wait_s > 0:  # the loader workers have not finished its batch yet
-            self.recorder.span(rank, "wait", "data", start, start + wait_s)
-            env.timeout(wait_s).callbacks.append(lambda _event: forward_backward())
-        else:
-            forward_backward()
+
+        self._stages_on_cores(rank, stages, forward_backward if load_core_s > 0 else get_batch)
         return request
+
+    def _stages_on_cores(self, rank: int, stages: list[tuple[str, float]], then: Callable[[], None]) -> None:
+        """Work ``stages`` (span name, core-seconds) one after another on the rank's shared cores, each
+        recorded as a compute span; ``then()`` after the last."""
+        if not stages:
+            then()
+            return
+        (name, core_s), rest = stages[0], stages[1:]
+        begin = self.env.now
+
+        def done() -> None:
+            self.recorder.span(rank, "compute", name, begin, self.env.now)
+            self._stages_on_cores(rank, rest, then)
+
+        self._work_on_cores(rank, core_s, done)
+
+    def _owed_epoch_end(self, rank: int, batch: Any) -> list:
+        """The epoch-end work (:mod:`simdist.training.epoch_end`) ``rank`` owes before ``batch``."""
+        return [] if self.epoch_end is None else self.epoch_end.schedule.before_batch(rank, batch)
+
+    def _epoch_end_work(self, rank: int, tasks: list, start_s: float) -> float:
+        """Record ``tasks`` as the rank's compute spans from ``start_s``; their seconds in all."""
+        at = start_s
+        for task in tasks:
+            seconds = self.epoch_end.seconds(rank, task)
+            self.recorder.span(rank, "compute", self.epoch_end.span_name(task), at, at + seconds)
+            at += seconds
+        return at - start_s
 
     def _batch_cost(self, rank: int, batch: Any, now_s: float) -> tuple[float, float]:
         """Getting ``batch`` on ``rank``: (its loading work in core-seconds, seconds waiting for loader workers)."""

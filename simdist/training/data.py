@@ -69,6 +69,7 @@ class Batch:
     indices: np.ndarray
     epoch: int
     worker: int
+    closes_epoch: bool = False  # the last batch of its epoch (epoch-end work follows: simdist.training.epoch_end)
 
     @property
     def size(self) -> int:
@@ -121,7 +122,7 @@ class ShardIterator:
         if shard is None:
             shard = self._shard = self.sharder.shard(self._epoch, self.worker)
         stop = min(self._position + int(batch_size), len(shard))
-        batch = Batch(shard[self._position : stop], self._epoch, self.worker)
+        batch = Batch(shard[self._position : stop], self._epoch, self.worker, closes_epoch=stop == len(shard))
         self._position = stop
         if stop == len(shard):
             self._epoch += 1
@@ -162,4 +163,5 @@ class LockstepShards:
         stop = position + first.size
         order = self.sharder.order(epoch)
         size = self.sharder.shard_size
-        return [first] + [Batch(order[w * size + position : w * size + stop], epoch, w) for w in range(1, self.workers)]
+        return [first] + [Batch(order[w * size + position : w * size + stop], epoch, w, first.closes_epoch)
+                          for w in range(1, self.workers)]

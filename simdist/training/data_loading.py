@@ -166,6 +166,10 @@ class DataLoading:
         """The work of loading a batch of ``batch_size`` on ``rank``, in core-seconds."""
         return batch_size * float(self._per_sample[rank])
 
+    def core_share(self, rank: int) -> float:
+        """The CPU share ``rank`` loads its own batches at (``loader_workers: 0``)."""
+        return float(self._cores[rank])
+
     def wait_s(self, rank: int, now_s: float, batch_size: int, epoch: Any) -> float:
         """Seconds ``rank``, asking for a batch at ``now_s``, spends before it has it (alone on its cores)."""
         if self.serial:
