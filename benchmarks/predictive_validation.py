@@ -3,6 +3,7 @@
     python benchmarks/predictive_validation.py [--ranks 2,4] [--algorithms sync,asgd,...]
                                                [--models 256x256,512x512] [--steps 60]
                                                [--compute-repeats 10] [--compute-rounds 5]
+                                               [--network-path runtime|mpi]
                                                [--wait-idle S] [--retries N] [--rescore]
                                                [--out results/predictive_validation]
 
@@ -10,10 +11,12 @@
 scenario (a pilot). A user who wants a prediction cannot run the job; what they can run are
 microbenchmarks. This table calibrates the simulation from those alone:
 
-* **network**, once per rank count at the start: ``simdist calibrate network --ranks R`` (MPI
-  ping-pong and an ``MPI_Allreduce`` sweep on this host; the overlay carries the link fit,
-  ``messages`` (eager/rendezvous), the allreduce cost table ``collectives.tables`` and the
-  host's reduction rate), written to ``OUT/network/net-R.yaml``;
+* **network**, once per rank count at the start: ``simdist calibrate network --ranks R --path
+  runtime`` (ping-pong and an allreduce sweep on this host, timed through simdist's MPI runtime,
+  which the real runs communicate through; ``--network-path mpi`` times the MPI library's own
+  calls instead; the overlay carries the link fit, ``messages`` (eager/rendezvous), the
+  allreduce cost table ``collectives.tables`` and the host's reduction rate), written to
+  ``OUT/network/net-R.yaml``;
 * **compute**, per point, before its real run: ``simdist calibrate compute --scenario S.yaml``
   in a process of its own, which times exactly the point's model, dataset shape and optimizer
   at the batch sizes its algorithm runs (``OUT/<point>/profile.yaml``; the scenario it times is
@@ -129,6 +132,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="round-robin passes of calibrate compute (default %(default)s)")
     parser.add_argument("--network-budget-s", type=float, default=0.25,
                         help="calibrate network --budget-s (default %(default)s)")
+    parser.add_argument("--network-path", choices=("runtime", "mpi"), default="runtime",
+                        help="calibrate network --path: runtime (default), simdist's MPI runtime, which the real "
+                             "runs use; mpi, the MPI library's own calls")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
                         help="before each calibration and run wait (at most S seconds) until other processes use "
                              "< 0.1 core")
@@ -360,11 +366,11 @@ def _simdist(*words: str, timeout_s: float) -> subprocess.CompletedProcess:
     return done
 
 
-def calibrate_network(ranks: int, out: Path, budget_s: float) -> Path:
+def calibrate_network(ranks: int, out: Path, budget_s: float, path_timed: str = "runtime") -> Path:
     path = out / "network" / f"net-{ranks}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     _simdist("calibrate", "network", "--ranks", str(ranks), "--budget-s", f"{budget_s:g}", "--out", str(path),
-             timeout_s=600)
+             "--path", path_timed, timeout_s=600)
     return path
 
 
@@ -474,12 +480,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rescore(todo, out)
     print(f"# predicted from microbenchmarks: compute from `simdist calibrate compute --scenario` per point "
           f"({args.compute_repeats} repeats x {args.compute_rounds} rounds), network from `simdist calibrate "
-          f"network --ranks R` per rank count; no pilot; {len(todo)} points, {args.steps} steps each", flush=True)
+          f"network --ranks R --path {args.network_path}` per rank count; no pilot; {len(todo)} points, "
+          f"{args.steps} steps each", flush=True)
     overlays = {}
     for ranks in sorted({p["ranks"] for p in todo}):
         if args.wait_idle:
             wait_idle(args.wait_idle)
-        overlays[ranks] = calibrate_network(ranks, out, args.network_budget_s)
+        overlays[ranks] = calibrate_network(ranks, out, args.network_budget_s, args.network_path)
         print(f"# network overlay for {ranks} ranks: {overlays[ranks]}", flush=True)
     print(HEADER, flush=True)
     rows, workers = [], []

@@ -170,6 +170,34 @@ def test_network_runs_a_tiny_mpi_sweep(tmp_path, capsys):
     assert verify_content(out)
 
 
+@pytest.mark.skipif(not HAVE_MPI, reason="needs mpiexec on PATH and mpi4py (pip install 'simdist[mpi]')")
+def test_network_through_the_runtime_times_what_a_real_run_pays(tmp_path, capsys):
+    sizes = "0,1KiB,64KiB,128KiB,256KiB"
+    out = {}
+    for path in ("mpi", "runtime"):
+        out[path] = tmp_path / f"{path}.yaml"
+        assert main(["calibrate", "network", "--ranks", "2", "--sizes", sizes, "--budget-s", "0.02", "--batches", "2",
+                     "--path", path, "--out", str(out[path])]) == 0
+    capsys.readouterr()
+    measured = {path: yaml.safe_load(file.read_text())["provenance"] for path, file in out.items()}
+    assert {path: m["measurement"]["path"] for path, m in measured.items()} == {"mpi": "mpi", "runtime": "runtime"}
+    assert "--path runtime" in measured["runtime"]["generated_by"]
+
+    def small_message_s(provenance):  # the fitted one-way time of a 1 KiB message
+        per_size = provenance["fits"]["intra_link"]["per_size"]
+        return per_size["measured_s"][per_size["size_bytes"].index(1024)]
+
+    # a pickled, buffered send taken in by a matched probe costs more than MPI_Send/MPI_Recv alone
+    assert small_message_s(measured["runtime"]) > small_message_s(measured["mpi"])
+    assert verify_content(out["runtime"])
+
+
+def test_network_path_must_be_known(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", "network", "--path", "nccl", "--out", str(tmp_path / "x.yaml")])
+    assert exit_info.value.code == 2 and "--path" in capsys.readouterr().err
+
+
 def test_network_argument_errors(capsys, tmp_path):
     assert main(["calibrate", "network", "--ranks", "1", "--out", str(tmp_path / "x.yaml")]) == 2
     assert "--ranks" in capsys.readouterr().err

@@ -28,6 +28,8 @@ def test_defaults_and_options(pv):
     assert args.algorithm_list == list(pv.ALGORITHMS)
     assert args.model_list == [[256, 256], [512, 512]]
     assert args.out == "results/predictive_validation"
+    assert args.network_path == "runtime"  # the real runs communicate through simdist's runtime
+    assert pv.parse_args(["--network-path", "mpi"]).network_path == "mpi"
     args = pv.parse_args(["--ranks", "2", "--algorithms", "sync,nnt", "--models", "128x64, 1024",
                           "--steps", "30", "--wait-idle", "20", "--out", "x"])
     assert (args.rank_list, args.algorithm_list, args.model_list) == ([2], ["sync", "nnt"], [[128, 64], [1024]])
@@ -36,7 +38,7 @@ def test_defaults_and_options(pv):
 
 @pytest.mark.parametrize("argv", [["--models", "512xa"], ["--models", "0x4"], ["--models", ","],
                                   ["--ranks", "1"], ["--ranks", "two"], ["--algorithms", "sync,bogus"],
-                                  ["--steps", "2"], ["--wait-idle", "-1"]])
+                                  ["--steps", "2"], ["--wait-idle", "-1"], ["--network-path", "nccl"]])
 def test_bad_options_are_refused(pv, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         pv.parse_args(argv)
@@ -205,3 +207,13 @@ def test_the_ledger_target_checks_every_part_of_five_percent_or_more(pv):
                        "ledger_within_target": False}
     ledger.loc[ledger["part"] == "update", "error_pct"] = -12.0
     assert pv.ledger_target(ledger)["ledger_within_target"] is True
+
+
+def test_the_network_is_calibrated_through_the_path_asked_for(pv, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(pv, "_simdist", lambda *words, timeout_s: calls.append(words))
+    overlay = pv.calibrate_network(4, tmp_path, 0.1, "runtime")
+    assert overlay == tmp_path / "network" / "net-4.yaml"
+    (words,) = calls
+    assert words[:2] == ("calibrate", "network") and words[words.index("--path") + 1] == "runtime"
+    assert words[words.index("--ranks") + 1] == "4"

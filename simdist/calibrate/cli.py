@@ -2,7 +2,7 @@
 
     simdist calibrate compute   [--device cpu|cuda|auto] [--threads N] [--models mlp,cnn | --scenario S.yaml]
                                 [--out PROFILE.yaml]
-    simdist calibrate network   [--ranks 2] [--out calibration/platforms/host-shm.yaml] [--max-size 4MiB]
+    simdist calibrate network   [--ranks 2] [--out calibration/platforms/host-shm.yaml] [--max-size 4MiB] [--path mpi|runtime]
     simdist calibrate trace     FILE... [--format auto] [--out OVERLAY.yaml] [--summary SUMMARY.yaml]
     simdist calibrate cpu-share [--ranks 1,2,4] [--cores 1,2] [--out calibration/cpu_share/host-cpu.yaml]
     simdist calibrate noise     FILE... [--format auto] [--out OVERLAY.yaml] [--ranks-per-node N] (noise_fit.py)
@@ -131,7 +131,7 @@ def _cmd_network(args: argparse.Namespace) -> int:
         raise InputError(f"the sweep needs at least two sizes >= --large-from ({format_bytes(large)})", source="--sizes")
     mpiexec = find_mpiexec()
     document = run_sweep(args.ranks, sizes, args.budget_s, args.batches, not args.no_allreduce, args.timeout_s,
-                         mpiexec, shlex.split(args.mpiexec_args or ""))
+                         mpiexec, shlex.split(args.mpiexec_args or ""), path=args.path)
     links = fit_sweep(document, large_message_bytes=large, intra_kind=args.intra_kind, nic_kind=args.nic_kind)
     overlay = network_overlay(document, links, calibrate_command(args, "network"), measure_reduce_bandwidth())
     write_overlay(args.out, overlay)
@@ -345,6 +345,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     network.add_argument("--timeout-s", type=positive_float, default=300.0,
                          help="give up after this long (default 300)")
     network.add_argument("--mpiexec-args", help="extra mpiexec arguments, e.g. '-f hostfile -ppn 1'")
+    network.add_argument("--path", choices=("mpi", "runtime"), default="mpi", help=(
+        "what is timed: mpi (default), the MPI library's own calls; runtime, simdist's MPI runtime (pickled "
+        "sends, the arrival agreement before a collective, the driver's waiting), to predict runs of simdist "
+        "validate"))
     network.set_defaults(func=_cmd_network)
 
     trace = sub.add_parser("trace", help="parse nccl-tests/OSU/PyTorch-profiler/simdist files; fit; write an overlay")

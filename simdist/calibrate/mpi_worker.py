@@ -14,6 +14,8 @@ size's samples is kept with their min and max. Allreduce samples are the slowest
 time of a batch (MPI_MAX), after a barrier.
 
 Rank 0 writes one JSON document; this module imports only mpi4py and numpy, so ranks start fast.
+``--path runtime`` times the same operations through simdist's MPI runtime instead
+(:mod:`.runtime_sweep`, which imports torch).
 """
 
 from __future__ import annotations
@@ -141,6 +143,18 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
     return _sweep([4 * c for c in counts], timed, decide, budget_s, batches)
 
 
+def _operations(comm, path: str):
+    """(ping-pong, overheads, allreduce) of ``path``: the MPI library's calls, or simdist's runtime."""
+    if path == "runtime":
+        from .runtime_sweep import RuntimePath  # imports torch and the runtime: only when asked for
+
+        runtime = RuntimePath(comm)
+        return runtime.pingpong, runtime.overheads, runtime.allreduce
+    return ((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
+            (lambda peer: _overheads(comm, peer)),
+            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)))
+
+
 def _peers(hosts: list[str]) -> dict[str, int]:
     peers = {}
     same = [r for r in range(1, len(hosts)) if hosts[r] == hosts[0]]
@@ -160,6 +174,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=0.25, help="approximate seconds per size and sweep")
     parser.add_argument("--batches", type=int, default=7, help="timed batches per size (median kept)")
     parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
+    parser.add_argument("--path", choices=("mpi", "runtime"), default="mpi",
+                        help="mpi: the MPI library's calls; runtime: simdist's MPI runtime (simdist.calibrate.runtime_sweep)")
     return parser.parse_args(argv)
 
 
@@ -172,17 +188,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
     started = time.perf_counter()
+    pingpong_of, overheads_of, allreduce_of = _operations(comm, args.path)
     pingpong = {}
     for link_class, peer in _peers(hosts).items():
         if rank in (0, peer):
-            rows = _pingpong(comm, peer, sizes, args.budget_s, args.batches)
-            overheads = _overheads(comm, peer)
+            rows = pingpong_of(peer, sizes, args.budget_s, args.batches)
+            overheads = overheads_of(peer)
             if rank == 0:
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         comm.Barrier()
-    allreduce = [] if args.no_allreduce or size < 2 else _allreduce(comm, sizes, args.budget_s, args.batches)
+    allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
     if rank == 0:
-        document = {"ranks": size, "hosts": hosts, "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+        document = {"ranks": size, "hosts": hosts, "path": args.path,
+                    "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
                     "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce,
                     "elapsed_s": time.perf_counter() - started}

@@ -15,6 +15,10 @@ the small messages show as ``messages``. The allreduce sweep becomes a cost tabl
 (:mod:`simdist.runtime.collective_pricing`). Its ring-model fit is recorded beside it. The
 host's reduction rate (gamma, ``collectives.reduce_bandwidth``) is measured too.
 
+``--path runtime`` times the same sweep through simdist's own MPI runtime
+(:mod:`.runtime_sweep`): the overlay then prices what a message or allreduce costs a run of
+``simdist validate``, its pickling, arrival agreement and waiting included.
+
 With the defaults (0 B – 4 MiB, 0.25 s per size and sweep) two ranks finish in about 15–20 s.
 """
 
@@ -60,14 +64,15 @@ def find_mpiexec() -> str:
 
 def run_sweep(ranks: int = 2, sizes: Sequence[int] = DEFAULT_SIZES, budget_s: float = 0.25, batches: int = 7,
               allreduce: bool = True, timeout_s: float = 300.0, mpiexec: str | None = None,
-              extra_args: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the MPI worker on ``ranks`` processes and return its JSON document."""
+              extra_args: Sequence[str] = (), path: str = "mpi") -> dict[str, Any]:
+    """Run the MPI worker on ``ranks`` processes and return its JSON document. ``path``: ``mpi`` times
+    the library's calls, ``runtime`` simdist's MPI runtime (:mod:`.runtime_sweep`)."""
     launcher = mpiexec or find_mpiexec()
     with tempfile.TemporaryDirectory(prefix="simdist-net-") as tmp:
         out = Path(tmp) / "sweep.json"
         command = [launcher, *extra_args, "-n", str(ranks), sys.executable, "-m", "simdist.calibrate.mpi_worker",
                    "--out", str(out), "--sizes", ",".join(str(int(s)) for s in sizes), "--budget-s", str(budget_s),
-                   "--batches", str(batches)] + ([] if allreduce else ["--no-allreduce"])
+                   "--batches", str(batches), "--path", path] + ([] if allreduce else ["--no-allreduce"])
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -147,7 +152,8 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
                     reduce: dict[str, Any] | None = None) -> dict[str, Any]:
     """The overlay document of a sweep: its fitted links, its allreduce as a cost table the
     simulator prices from, and the reduction rate (``reduce``) where measured."""
-    sweep = {k: document.get(k) for k in ("ranks", "hosts", "mpi_library", "mpi4py", "budget_s", "batches", "elapsed_s")}
+    sweep = {k: document.get(k) for k in ("ranks", "hosts", "path", "mpi_library", "mpi4py", "budget_s", "batches",
+                                          "elapsed_s")}
     extra = {"measurement": {**sweep, "launched": document.get("command")},
              "allreduce_check": _allreduce_check(document, links)}
     table = table_from_sweep(document, command)

@@ -1,0 +1,142 @@
+"""The network sweep through simdist's own MPI runtime: what a message or allreduce costs a real run.
+
+``simdist calibrate network`` times the MPI library by default (``MPI_Send``/``MPI_Recv``
+ping-pong, ``MPI_Allreduce``): right for predicting a job whose communication is the library
+itself. A job run by simdist's MPI runtime (:mod:`simdist.real.runtime`: ``simdist
+validate``) pays more per operation: a point-to-point message is a pickled payload sent with
+a buffered non-blocking send (a copy into the attached buffer) and taken in by a matched
+probe and receive; an allreduce converts its tensor to a NumPy buffer, first agrees on the
+ranks' arrival times (a one-element ``Iallreduce``), and is completed by the driver's test
+loop (spinning, then sleeping). ``--path runtime`` times exactly that code path with the same
+sweep as the library's (:mod:`.mpi_worker`: sizes, probe, round-robin batches, medians), so
+the overlay it writes prices a simdist run's communication as the runtime does it, from a
+microbenchmark, without running the job.
+
+* ping-pong: rank 0 ``send``s a ``uint8`` tensor of the size to its peer and waits for it to
+  come back (``recv`` through :class:`~simdist.real.runtime.MPIDriver`); one-way time is half
+  the round trip;
+* LogP overheads: posting a small ``send`` (the sender's CPU until the call returns) and
+  receiving one that has already arrived;
+* allreduce: the runtime's blocking ``allreduce`` of a float32 tensor, the slowest rank's time
+  per operation after a barrier.
+
+The ranks wait as in a run: they spin only where :func:`~simdist.real.placement.rank_spins`
+lets them (a core of their own), and MPI's progress thread runs where the library is threaded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["RuntimePath"]
+
+_TAG = 11
+
+
+class RuntimePath:
+    """The runtime's send, receive and allreduce on one rank, for the sweep's ``timed`` callables."""
+
+    def __init__(self, comm: Any):
+        import torch
+
+        from ..real.placement import rank_spins
+        from ..real.runtime import MPIDriver, MPIRuntime, MPIWorld
+        from ..recorder import Recorder
+
+        self.torch = torch
+        size = comm.Get_size()
+        self.recorder = Recorder()
+        self.world = MPIWorld(comm, self.recorder, gradient=None, workers=range(size), probe=False,
+                              spin=rank_spins(comm.Get_rank(), size, None))
+        self.driver = MPIDriver(self.world)
+        self.rt = MPIRuntime(self.world, self.world.rank)
+        self.everyone = self.rt.group(range(size), "world")
+
+    def _forget(self) -> None:
+        self.recorder.spans.clear()  # the sweep's own spans are not wanted: keep memory flat
+
+    def pingpong(self, peer: int, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+        """One-way times (half the round trip) between rank 0 and ``peer`` through the runtime."""
+        from .mpi_worker import _reps, _sweep
+
+        rt, driver, world = self.rt, self.driver, self.world
+        rank = world.rank
+        payloads = {size: self.torch.zeros(size, dtype=self.torch.uint8) for size in sizes}
+
+        def timed(size: int, n: int) -> float:
+            payload = payloads[size]
+            start = time.perf_counter()
+            for _ in range(n):
+                if rank == 0:
+                    rt.send(peer, payload, _TAG)
+                    driver.wait(rt.recv(peer, _TAG))
+                else:
+                    driver.wait(rt.recv(0, _TAG))
+                    rt.send(0, payload, _TAG)
+            elapsed = (time.perf_counter() - start) / (2 * n)
+            self._forget()
+            return elapsed
+
+        def decide(size: int, probe_s: float) -> int:
+            if rank == 0:
+                reps = _reps(2 * probe_s, budget_s, batches)
+                world.comm.send(reps, dest=peer, tag=_TAG + 1)
+                return reps
+            return world.comm.recv(source=0, tag=_TAG + 1)
+
+        return _sweep(sizes, timed, decide, budget_s, batches)
+
+    def overheads(self, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
+        """LogP overheads of the runtime's send and receive between rank 0 and ``peer`` (rank 0 sends)."""
+        rt, driver, world = self.rt, self.driver, self.world
+        payload = self.torch.zeros(size, dtype=self.torch.uint8)
+        if world.rank == 0:
+            posts = []
+            stream_start = time.perf_counter()
+            for _ in range(count):
+                start = time.perf_counter()
+                rt.send(peer, payload, _TAG + 2)
+                posts.append(time.perf_counter() - start)
+            stream_s = time.perf_counter() - stream_start
+            self._forget()
+            world.comm.send(None, dest=peer, tag=_TAG + 3)
+            recv_s = world.comm.recv(source=peer, tag=_TAG + 4)
+            return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
+                    "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}
+        world.comm.recv(source=0, tag=_TAG + 3)
+        time.sleep(0.05)  # every message has arrived: a receive now only takes it in
+        receives = []
+        for _ in range(count):
+            start = time.perf_counter()
+            driver.wait(rt.recv(0, _TAG + 2))
+            receives.append(time.perf_counter() - start)
+        world.comm.send(float(np.median(receives)), dest=0, tag=_TAG + 4)
+        return None
+
+    def allreduce(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+        """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""
+        from mpi4py import MPI
+
+        from .mpi_worker import _reps, _sweep
+
+        rt, driver, world = self.rt, self.driver, self.world
+        counts = sorted({s // 4 for s in sizes if s >= 4})
+        tensors = {c: self.torch.ones(c, dtype=self.torch.float32) for c in counts}
+
+        def timed(size: int, n: int) -> float:
+            tensor = tensors[size // 4]
+            world.ctl.Barrier()
+            start = time.perf_counter()
+            for _ in range(n):
+                driver.wait(rt.allreduce(self.everyone, tensor))
+            elapsed = world.ctl.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
+            self._forget()
+            return elapsed
+
+        def decide(size: int, probe_s: float) -> int:
+            return _reps(probe_s, budget_s, batches)  # the probe is an allreduce result: the same everywhere
+
+        return _sweep([4 * c for c in counts], timed, decide, budget_s, batches)
