@@ -11,7 +11,8 @@ probe (the fastest of three) that sets its repetition count so the size takes ab
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
 batch's time over its repetitions, halved for a round trip, is one sample). The median of a
 size's samples is kept with their min and max. Allreduce samples are the slowest rank's
-time of a batch (MPI_MAX), after a barrier.
+time of a batch (MPI_MAX), after a barrier. The ranks outside a ping-pong sleep while they
+wait for it (:func:`quiet_barrier`), so that on shared cores they do not slow the pair down.
 
 Rank 0 writes one JSON document; this module imports only mpi4py and numpy, so ranks start fast.
 ``--path runtime`` times the same operations through simdist's MPI runtime instead
@@ -155,6 +156,15 @@ def _operations(comm, path: str):
             (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)))
 
 
+def quiet_barrier(comm, poll_s: float = 0.001) -> None:
+    """A barrier that sleeps while it waits. The ranks outside a ping-pong wait here for it to end;
+    MPI's blocking barrier would poll on their cores, and where ranks share cores that polling
+    would be timed as part of the pair's messages."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(poll_s)
+
+
 def _peers(hosts: list[str]) -> dict[str, int]:
     peers = {}
     same = [r for r in range(1, len(hosts)) if hosts[r] == hosts[0]]
@@ -196,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overheads = overheads_of(peer)
             if rank == 0:
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
-        comm.Barrier()
+        quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
     if rank == 0:
         document = {"ranks": size, "hosts": hosts, "path": args.path,
