@@ -1,4 +1,4 @@
-"""Run one scenario in the simulator and return its :class:`~simdist.results.RunResult`.
+"""Run one scenario in the simulator and return its :class:`~simdist.run_result.RunResult`.
 
 Wires the layers together: platform → compute model and flow network → SimWorld; workload
 → replicas, data shards and the lazily batched gradient evaluator; the registered
@@ -31,12 +31,12 @@ from .platform.op_costs import OpCostModel
 from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
 from .recorder import Recorder
-from .results import LinkStats, RankInfo, RunResult
+from .run_result import LinkStats, RankInfo, RunResult
 from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data import EpochSharder, ShardIterator
 from .training.data_loading import build_data_loading
-from .training.epoch_end import EpochEndCosts, EpochEndSchedule, optimizer_state_buffers
+from .training.epoch_end import EpochEndCosts, EpochEndSchedule, optimizer_state_buffers, save_seconds
 from .training.loss_curve import LossCurveConfig
 from .training.replica import PhantomReplica, PhantomTensor
 from .training.workload import Workload, build_workload
@@ -169,7 +169,8 @@ class Simulation:
         return EpochEndCosts(
             EpochEndSchedule(config.validation, config.checkpoint, self.workers), validation_samples=samples,
             state_buffers=optimizer_state_buffers(config.optimizer.name, config.optimizer.momentum),
-            params=workload.param_count, forward_s=self.compute.forward_s, save_s=self.op_costs.save_seconds,
+            params=workload.param_count, forward_s=self.compute.forward_s,
+            save_s=lambda rank, values: save_seconds(self.op_costs, self.platform, rank, values),
             loading=self.world.data_loading, storage_Bps=self.platform.spec.node.storage_write_bandwidth)
 
     def _make_algorithm(self):

@@ -30,35 +30,12 @@ from typing import Sequence
 
 import numpy as np
 
+from .sweep_timing import repetitions, sweep
+
 __all__ = ["DEFAULT_SIZES", "main"]
 
 DEFAULT_SIZES = tuple([0] + [2**k for k in range(23)])  # 0 B, 1 B ... 4 MiB
 _TAG = 7
-
-
-def _reps(probe_s: float, budget_s: float, batches: int, lo: int = 2, hi: int = 100_000) -> int:
-    return int(min(hi, max(lo, budget_s / batches / max(probe_s, 1e-7))))
-
-
-def _sweep(sizes: Sequence[int], timed, decide_reps, budget_s: float, batches: int) -> list[dict]:
-    """Probe every size, then ``batches`` round-robin passes over the sizes (one batch each).
-
-    ``timed(size, n)`` runs ``n`` operations of ``size`` bytes and returns seconds per
-    operation; ``decide_reps(size, probe_s)`` turns a probe into a repetition count every
-    rank agrees on. Spreading a size's batches over the whole sweep means a burst of other
-    work on the machine hits one batch of many sizes, not every batch of a few: the median
-    stays clean.
-    """
-    reps = {}
-    for size in sizes:
-        timed(size, 2)
-        reps[size] = decide_reps(size, min(timed(size, 1) for _ in range(3)))
-    samples: dict[int, list[float]] = {size: [] for size in sizes}
-    for _ in range(batches):
-        for size in sizes:
-            samples[size].append(timed(size, reps[size]))
-    return [{"size_bytes": int(size), "median_s": float(np.median(v)), "min_s": float(min(v)), "max_s": float(max(v)),
-             "reps": reps[size], "batches": batches} for size, v in samples.items()]
 
 
 def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
@@ -80,12 +57,12 @@ def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: i
 
     def decide(size: int, probe_s: float) -> int:
         if rank == 0:
-            reps = _reps(2 * probe_s, budget_s, batches)
+            reps = repetitions(2 * probe_s, budget_s, batches)
             comm.send(reps, dest=peer, tag=_TAG + 1)
             return reps
         return comm.recv(source=0, tag=_TAG + 1)
 
-    return _sweep(sizes, timed, decide, budget_s, batches)
+    return sweep(sizes, timed, decide, budget_s, batches)
 
 
 def _overheads(comm, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
@@ -139,9 +116,9 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
         return comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
 
     def decide(size: int, probe_s: float) -> int:
-        return _reps(probe_s, budget_s, batches)  # the same everywhere: the probe is an allreduce result
+        return repetitions(probe_s, budget_s, batches)  # the same everywhere: the probe is an allreduce result
 
-    return _sweep([4 * c for c in counts], timed, decide, budget_s, batches)
+    return sweep([4 * c for c in counts], timed, decide, budget_s, batches)
 
 
 def _operations(comm, path: str):

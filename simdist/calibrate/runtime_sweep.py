@@ -8,7 +8,7 @@ a buffered non-blocking send (a copy into the attached buffer) and taken in by a
 probe and receive; an allreduce converts its tensor to a NumPy buffer, first agrees on the
 ranks' arrival times (a one-element ``Iallreduce``), and is completed by the driver's test
 loop (spinning, then sleeping). ``--path runtime`` times exactly that code path with the same
-sweep as the library's (:mod:`.mpi_worker`: sizes, probe, round-robin batches, medians), so
+sweep as the library's (:mod:`.sweep_timing`: sizes, probe, round-robin batches, medians), so
 the overlay it writes prices a simdist run's communication as the runtime does it, from a
 microbenchmark, without running the job.
 
@@ -30,6 +30,8 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
+
+from .sweep_timing import repetitions, sweep
 
 __all__ = ["RuntimePath"]
 
@@ -60,8 +62,6 @@ class RuntimePath:
 
     def pingpong(self, peer: int, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
         """One-way times (half the round trip) between rank 0 and ``peer`` through the runtime."""
-        from .mpi_worker import _reps, _sweep
-
         rt, driver, world = self.rt, self.driver, self.world
         rank = world.rank
         payloads = {size: self.torch.zeros(size, dtype=self.torch.uint8) for size in sizes}
@@ -82,12 +82,12 @@ class RuntimePath:
 
         def decide(size: int, probe_s: float) -> int:
             if rank == 0:
-                reps = _reps(2 * probe_s, budget_s, batches)
+                reps = repetitions(2 * probe_s, budget_s, batches)
                 world.comm.send(reps, dest=peer, tag=_TAG + 1)
                 return reps
             return world.comm.recv(source=0, tag=_TAG + 1)
 
-        return _sweep(sizes, timed, decide, budget_s, batches)
+        return sweep(sizes, timed, decide, budget_s, batches)
 
     def overheads(self, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
         """LogP overheads of the runtime's send and receive between rank 0 and ``peer`` (rank 0 sends)."""
@@ -120,8 +120,6 @@ class RuntimePath:
         """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""
         from mpi4py import MPI
 
-        from .mpi_worker import _reps, _sweep
-
         rt, driver, world = self.rt, self.driver, self.world
         counts = sorted({s // 4 for s in sizes if s >= 4})
         tensors = {c: self.torch.ones(c, dtype=self.torch.float32) for c in counts}
@@ -137,6 +135,6 @@ class RuntimePath:
             return elapsed
 
         def decide(size: int, probe_s: float) -> int:
-            return _reps(probe_s, budget_s, batches)  # the probe is an allreduce result: the same everywhere
+            return repetitions(probe_s, budget_s, batches)  # the probe is an allreduce result: the same everywhere
 
-        return _sweep([4 * c for c in counts], timed, decide, budget_s, batches)
+        return sweep([4 * c for c in counts], timed, decide, budget_s, batches)

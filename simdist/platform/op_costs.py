@@ -34,8 +34,8 @@ is a streaming elementwise kernel whose time is set by the bytes it reads and wr
 ``copy`` prices packing (flattening gradients into one buffer, a bucket copy) and unpacking
 (copying a reduced buffer back); ``cast`` a dtype conversion either way (16 → 32 bit reads 2
 and writes 4: the same bytes). ``save`` prices a checkpoint on the host
-(:meth:`OpCostModel.save_seconds`): a GPU rank's state crosses its host link first, and is
-serialized by the host's CPU.
+(:func:`simdist.training.epoch_end.save_seconds`): a GPU rank's state crosses its host link first, and is
+serialized by the host's CPU (:func:`simdist.training.epoch_end.save_seconds`).
 
 A CPU rank with less than one core (``cpus`` < 1) streams at that share of the core's rate.
 :meth:`OpCostModel.describe` says for every device which figure each op used, for the
@@ -102,22 +102,11 @@ class OpCostModel:
         """Time of ``op`` on one full core (or the whole GPU) of ``device``, whatever its share."""
         return params * self._per_param_s(device.kind, device.profile_device, op, buffers)
 
-    def save_seconds(self, rank: int, params: int) -> float:
-        """Serializing ``params`` float32 values of ``rank`` into host memory (a checkpoint).
-
-        Measured on the rank's profile device, that is the whole cost (``torch.save`` of a GPU
-        tensor copies it to the host). Otherwise a GPU rank pays the copy over its host link
-        (:mod:`.host_staging`) and the host CPU's ``save``; a CPU rank its own ``save``.
-        """
+    def kind_seconds(self, kind_name: str, op: str, params: int) -> float:
+        """Time of ``op`` on one full core of device kind ``kind_name`` (a GPU rank's host CPU, say)."""
         from .devices import DEVICE_KINDS
-        from .host_staging import HOST_CPU_KIND, host_path
 
-        device = self.platform.devices[rank]
-        path = host_path(self.platform, rank)
-        if path is None or self.measured.get(device.profile_device, {}).get("save") is not None:
-            return self.seconds(rank, "save", params)
-        return path.copy_s(4.0 * params) + params * self._per_param_s(
-            HOST_CPU_KIND, DEVICE_KINDS.get(HOST_CPU_KIND).profile_device, "save", 1)
+        return params * self._per_param_s(kind_name, DEVICE_KINDS.get(kind_name).profile_device, op, 1)
 
     def _per_param_s(self, kind_name: str, profile_device: str, op: str, buffers: int) -> float:
         measured = self.measured.get(profile_device, {}).get(op)

@@ -53,7 +53,7 @@ from ..config import USER_CONFIG
 
 __all__ = ["ValidationConfig", "CheckpointConfig", "EpochEndTask", "EpochEndSchedule", "EpochEndCosts",
            "optimizer_state_buffers", "checkpoint_bytes", "VALIDATION_SPAN", "CHECKPOINT_SPAN",
-           "run_validation", "write_checkpoint", "EpochEndRunner"]
+           "run_validation", "write_checkpoint", "EpochEndRunner", "save_seconds"]
 
 VALIDATION_SPAN = "eval: validation pass"  # ledger part eval
 CHECKPOINT_SPAN = "checkpoint write"  # ledger part checkpoint
@@ -133,6 +133,23 @@ def optimizer_state_buffers(optimizer_name: str, momentum: float) -> int:
     if optimizer_name == "adam":
         return 2
     return 1 if momentum > 0 else 0
+
+
+def save_seconds(op_costs: Any, platform: Any, rank: int, values: int) -> float:
+    """Serializing ``values`` float32 values of ``rank`` into host memory (a checkpoint).
+
+    ``op_costs``: the run's :class:`~simdist.platform.op_costs.OpCostModel`. Measured on the
+    rank's profile device, the ``save`` op is the whole cost (``torch.save`` of a GPU tensor
+    copies it to the host). Otherwise a GPU rank pays the copy over its host link
+    (:mod:`simdist.platform.host_staging`) and the host CPU's ``save``; a CPU rank its own ``save``.
+    """
+    from ..platform.host_staging import HOST_CPU_KIND, host_path
+
+    device = platform.devices[rank]
+    path = host_path(platform, rank)
+    if path is None or op_costs.measured.get(device.profile_device, {}).get("save") is not None:
+        return op_costs.seconds(rank, "save", values)
+    return path.copy_s(FLOAT32_BYTES * values) + op_costs.kind_seconds(HOST_CPU_KIND, "save", values)
 
 
 def checkpoint_bytes(params: int, state_buffers: int) -> int:
