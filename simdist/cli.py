@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
 from .errors import InputError
+from .outdir import default_out_dir
 
 __all__ = ["main", "build_parser"]
 
@@ -165,17 +165,6 @@ def check_estimate(scenario, *, force: bool, quiet: bool = True) -> None:
     estimate = refuse_excess_work(scenario, force=force)
     if not quiet and estimate.wall_s > 60:
         print(f"simdist: estimate: {estimate.describe()}", file=sys.stderr)
-
-
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
-
-
-def default_out_dir(name: str, source: str) -> Path:
-    """``results/<name>``, refusing a name that would write outside ``results/``."""
-    if not _SAFE_NAME.fullmatch(name) or ".." in name:
-        raise InputError(f"{name!r} would be the result folder results/<name>; use letters, digits and _.+=- "
-                         "(no '/' or '..'), or pass --out", source=source, field="name")
-    return Path("results") / name
 
 
 def _cmd_compare(args) -> int:

@@ -48,11 +48,21 @@ from . import __version__
 from .errors import InputError
 from .osatomic import alive, exchange as _exchange, signals_held, writer_record
 
-__all__ = ["MARKER", "KINDS", "LEGACY_FILES", "GRACE_S", "output_kind", "check_out_dir",
+__all__ = ["MARKER", "KINDS", "LEGACY_FILES", "GRACE_S", "default_out_dir", "output_kind", "check_out_dir",
            "check_out_file", "staged_dir", "open_container", "write_file_atomically", "write_text_atomically",
            "tidy"]
 
 MARKER = ".simdist-output"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
+
+
+def default_out_dir(name: str, source: str) -> Path:
+    """``results/<name>`` (a command's folder when ``--out`` is not given), refusing a name that would
+    write outside ``results/``."""
+    if not _SAFE_NAME.fullmatch(name) or ".." in name:
+        raise InputError(f"{name!r} would be the result folder results/<name>; use letters, digits and _.+=- "
+                         "(no '/' or '..'), or pass --out", source=source, field="name")
+    return Path("results") / name
 KINDS = ("run", "sweep", "compare", "report", "plots", "validate")
 LEGACY_FILES = {"sweep": ("sweep.json",), "compare": ("compare.csv",), "report": ("index.md", "ranking.csv"),
                 "validate": ("validation.json",)}

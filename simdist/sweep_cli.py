@@ -82,7 +82,7 @@ def _cmd_sweep(args) -> int:
     from .scenario import read_scenario_file
     from .sweep import run_sweep
 
-    from .cli import default_out_dir
+    from .outdir import default_out_dir
 
     name = read_scenario_file(args.scenario).get("name", Path(args.scenario).stem)
     out = Path(args.out) if args.out else default_out_dir(str(name), args.scenario)
