@@ -26,7 +26,8 @@ from .estimate import refuse_excess_work
 from .metrics import SUMMARY_KEYS, summarize
 from .outdir import check_out_dir, open_container, staged_dir, write_file_atomically
 from .plots import plot_comparison
-from .results import PLOTS_DIR, load_result_dir, write_result_dir
+from .result_files import PLOTS_DIR, load_result_dir
+from .results import write_result_dir
 from .scenario import Scenario, apply_overrides, read_scenario_file, scenario_from_dict, set_dotted
 from .simulate import Progress, simulate
 

@@ -1,4 +1,4 @@
-"""The figures of one run, computed from its :class:`~simdist.results.RunResult` alone.
+"""The figures of one run, computed from its :class:`~simdist.run_result.RunResult` alone.
 
 Pure functions: a result goes in, a dict or a :class:`pandas.DataFrame` comes out; nothing
 is cached and nothing is re-simulated. These are the numbers that ``summary.json`` and the
@@ -60,8 +60,8 @@ import pandas as pd
 
 from .recorder import EVAL_COLUMNS, UPDATE_COLUMNS
 
-if TYPE_CHECKING:  # pragma: no cover - typing only (results imports this module)
-    from .results import RunResult
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .run_result import RunResult
 
 __all__ = [
     "SUMMARY_KEYS",

@@ -1,6 +1,6 @@
 """Figures of a run, read from its result directory (never from a re-run).
 
-:func:`plot_tables` draws, from a :class:`~simdist.results.LoadedResult`, each as PNG and SVG:
+:func:`plot_tables` draws, from a :class:`~simdist.result_files.LoadedResult`, each as PNG and SVG:
 
 ``loss_vs_time``      training loss per update (raw, faint, and a moving average) and test
                       loss (mean over the evaluated workers) against virtual time
@@ -38,7 +38,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from .outdir import staged_dir
-from .results import PLOTS_DIR, LoadedResult, load_result_dir
+from .result_files import PLOTS_DIR, LoadedResult, load_result_dir
 from .tracefile import read_trace_spans
 
 __all__ = [

@@ -32,7 +32,7 @@ from .errors import InputError
 from .outdir import staged_dir
 from .plots import (_new_figure, _save, ledger_bars, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
                     plot_time_to_accuracy)
-from .results import load_result_dir
+from .result_files import load_result_dir
 
 __all__ = ["ranking_table", "write_report", "scaling_mode"]
 

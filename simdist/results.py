@@ -15,9 +15,11 @@ sibling directory renamed into place), holding:
 ``.simdist-output``    the marker of a folder simdist wrote (:mod:`simdist.outdir`)
 =====================  ==========================================================================
 
-:func:`write_result_dir` writes that directory and :func:`load_result_dir` reads it back
-as a :class:`LoadedResult` (the tables as DataFrames). Plots and reports start from a
-loaded directory and never from a re-run.
+:func:`write_result_dir` writes that directory from a :class:`~simdist.run_result.RunResult`;
+:func:`~simdist.result_files.load_result_dir` reads it back as a
+:class:`~simdist.result_files.LoadedResult` (the tables as DataFrames). Both, and the run's
+data classes, are importable from here too. Plots and reports start from a loaded directory
+and never from a re-run.
 
 Atomicity and what may be replaced follow :mod:`simdist.outdir`: everything is written into
 a temporary sibling ``.<name>.tmp-<random>`` and moved into place; on any error the temporary
@@ -32,18 +34,16 @@ import importlib.metadata
 import json
 import os
 import platform as _platform
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from . import metrics, tracefile
-from .errors import InputError
 from .ledger import ledger_table
 from .metrics import jsonable
-from .outdir import MARKER, staged_dir
-from .recorder import Recorder
+from .outdir import staged_dir
+from .result_files import (EVENTS, LEDGER, MANIFEST, PLOTS_DIR, RESULT_FILES, SUMMARY, TRACE, LoadedResult,
+                           load_result_dir, load_tables)
+from .run_result import LinkStats, RankInfo, RunResult
 
 __all__ = [
     "RankInfo",
@@ -59,89 +59,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class RankInfo:
-    """Where a rank lives and what it is."""
-
-    rank: int
-    node: int
-    device: str  # device kind, e.g. "cpu", "a100"
-    role: str = "worker"  # "worker" or "server"
-
-
-@dataclass(frozen=True)
-class LinkStats:
-    """Traffic counters of one directional link over the whole run."""
-
-    link: str
-    kind: str
-    bytes: float
-    busy_s: float
-
-
-@dataclass
-class RunResult:
-    """Everything one run produced; result files and plots are derived from this alone."""
-
-    scenario: dict[str, Any]  # the resolved, validated scenario (JSON-able)
-    platform: dict[str, Any]  # the resolved platform (JSON-able)
-    seed: int
-    algorithm: str
-    ranks: list[RankInfo]
-    recorder: Recorder
-    links: list[LinkStats]
-    virtual_time_s: float
-    wall_time_s: float
-    status: str  # "completed" | "target_reached" | "step_limit" | "time_limit" | "stalled"
-    target_accuracy: float | None = None
-    epochs: float | None = None  # epochs completed (fractional for asynchronous algorithms)
-    timing_only: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def workers(self) -> list[int]:
-        return [r.rank for r in self.ranks if r.role == "worker"]
-
-
 # --------------------------------------------------------------------------- the directory
 
-MANIFEST = "manifest.json"
-SUMMARY = "summary.json"
-TRACE = "trace.json"
-PLOTS_DIR = "plots"
-_TABLES = ("steps.csv", "evals.csv", "workers.csv", "links.csv")
-EVENTS = "events.csv"  # free-form events; optional when reading (older directories lack it)
-LEDGER = "ledger.csv"  # per rank and step, the parts of the step (simdist.ledger); optional when reading
-RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *_TABLES, EVENTS, LEDGER, TRACE, MARKER)  # plus plots/
 _PACKAGES = ("torch", "numpy", "pandas", "simpy", "pydantic")
 _FLOAT_FORMAT = "%.12g"
-
-
-@dataclass
-class LoadedResult:
-    """A result directory read back: its manifest and summary, and its tables as DataFrames."""
-
-    path: Path
-    manifest: dict[str, Any]
-    summary: dict[str, Any]
-    steps: pd.DataFrame
-    evals: pd.DataFrame
-    workers: pd.DataFrame
-    links: pd.DataFrame
-    ledger: pd.DataFrame | None = None  # the time ledger (ledger.csv); None for directories written before it
-
-    @property
-    def algorithm(self) -> str:
-        return str(self.summary.get("algorithm") or self.manifest.get("algorithm") or "?")
-
-    @property
-    def n_workers(self) -> int | None:
-        value = self.summary.get("workers")
-        return None if value is None else int(value)
-
-    @property
-    def trace_path(self) -> Path:
-        return self.path / TRACE
 
 
 def write_result_dir(result: RunResult, out_dir: str | os.PathLike[str], *, overwrite: bool = False,
@@ -157,17 +78,6 @@ def write_result_dir(result: RunResult, out_dir: str | os.PathLike[str], *, over
     with staged_dir(out, kind="run", overwrite=overwrite) as tmp:
         _write_contents(result, tmp, plots=plots)
     return out
-
-
-def load_result_dir(path: str | os.PathLike[str]) -> LoadedResult:
-    """Read the result directory at ``path``; :class:`InputError` if it is not one."""
-    directory = Path(path)
-    if not directory.is_dir():
-        raise InputError("not a simdist result directory (no such directory)", source=str(directory))
-    for name in (MANIFEST, SUMMARY):
-        if not (directory / name).is_file():
-            raise InputError(f"not a simdist result directory: {name} is missing", source=str(directory))
-    return _load_tables(directory, _read_json(directory / MANIFEST))
 
 
 def content_hash(scenario: dict[str, Any], platform: dict[str, Any], seed: int) -> str:
@@ -239,47 +149,11 @@ def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
     if plots:
         from . import plots as plotting
 
-        plotting.plot_tables(_load_tables(directory, manifest), directory / PLOTS_DIR)
+        plotting.plot_tables(load_tables(directory, manifest), directory / PLOTS_DIR)
     manifest["files"] = sorted(
         [MANIFEST] + [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()]
     )
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def _load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:
-    steps_name = "steps.csv" if (directory / "steps.csv").is_file() else "steps.parquet"
-    for name in (steps_name, *_TABLES[1:]):
-        if not (directory / name).is_file():
-            missing = "steps.csv" if name == "steps.parquet" else name
-            raise InputError(f"not a simdist result directory: {missing} is missing", source=str(directory))
-    return LoadedResult(
-        path=directory,
-        manifest=manifest,
-        summary=_read_json(directory / SUMMARY),
-        steps=_read_table(directory / steps_name),
-        evals=_read_table(directory / "evals.csv"),
-        workers=_read_table(directory / "workers.csv"),
-        links=_read_table(directory / "links.csv"),
-        ledger=_read_table(directory / LEDGER) if (directory / LEDGER).is_file() else None,
-    )
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    except (OSError, ValueError, ImportError) as exc:  # pandas parser errors are ValueErrors
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise InputError(f"cannot read {path.name}: {reason}", source=str(path.parent)) from None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path.name}: {exc}", source=str(path.parent)) from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path.name} does not hold a JSON object", source=str(path.parent))
-    return data
 
 
 def _simdist_version() -> str:

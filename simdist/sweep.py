@@ -49,7 +49,7 @@ from .errors import InputError
 from .estimate import refuse_excess_work
 from .metrics import SUMMARY_KEYS, jsonable
 from .outdir import open_container, tidy, write_text_atomically
-from .results import load_result_dir
+from .result_files import load_result_dir
 from .scenario import Scenario, apply_overrides, read_scenario_file, scenario_from_dict, set_dotted
 
 __all__ = ["SweepPoint", "SweepOutcome", "SWEEP_SUMMARY_KEYS", "sweep_points", "point_key", "run_sweep",

@@ -29,7 +29,7 @@ import pandas as pd
 from .metrics import SPANS_COLUMNS, jsonable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from .results import RunResult
+    from .run_result import RunResult
 
 __all__ = ["ASYNC_TID_OFFSET", "chrome_trace", "write_chrome_trace", "spans_from_trace", "read_trace_spans",
            "span_events"]

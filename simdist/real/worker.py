@@ -62,7 +62,8 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     """Run this rank's share of the scenario; rank 0 writes ``args.out``. Returns an exit status."""
     from ..errors import InputError
     from ..recorder import Recorder
-    from ..results import RankInfo, RunResult, write_result_dir
+    from ..results import write_result_dir
+    from ..run_result import RankInfo, RunResult
     from ..scenario import load_scenario
     from ..simulate import Simulation
     from .runtime import MPIDriver, MPIRuntime, MPIWorld
