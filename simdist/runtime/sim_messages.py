@@ -1,0 +1,126 @@
+"""Point-to-point messages of a simulation: mailboxes, matched receives, and what a send costs.
+
+:class:`MessageExecution` is the point-to-point half of :class:`~simdist.runtime.sim.SimWorld`
+(a mixin over its environment, network, platform and crash state). A send copies its payload
+(what the receiver reads is what was sent at that instant), crosses the route as a flow, and
+lands in the receiver's mailbox, or wakes a receive already waiting for it. With
+``platform.messages`` every message also pays LogGP costs: the sender's injection gap and CPU
+overhead ``o_s`` (charged to its next compute or busy work), the rendezvous handshake above
+the eager limit, and the receiver's ``o_r``. Under ``progress: on_call`` a rendezvous message
+goes only once the receiver is inside a runtime call (:mod:`.progress`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import SimulationError
+from ..training.replica import sent_copy
+from .base import ANY, Message
+from .requests import ReadyReceive, Request, SendRequest
+
+__all__ = ["MessageExecution"]
+
+
+@dataclass(eq=False)
+class _RecvWaiter:
+    src: int
+    tag: int
+    request: Request
+
+
+class MessageExecution:
+    """The point-to-point messages of :class:`~simdist.runtime.sim.SimWorld`."""
+
+    def _init_messages(self) -> None:
+        ranks = range(self.platform.size)
+        self._mailboxes: dict[int, list[Message]] = {r: [] for r in ranks}
+        self._recv_waiters: dict[int, list[_RecvWaiter]] = {r: [] for r in ranks}
+        self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
+        self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
+
+    def send(self, src: int, dst: int, payload: Any, tag: int = 0) -> Request:
+        if not 0 <= dst < self.platform.size:
+            raise SimulationError(f"rank {src} sends to rank {dst}, which does not exist")
+        data, nbytes = sent_copy(payload)
+        sent = self.env.now
+        request = SendRequest(self.env, sent)
+        if self.on_call is not None:
+            self.on_call.called(src)
+
+        def deliver() -> None:
+            self._deliver(Message(src, dst, tag, data, nbytes, sent, self.env.now))
+            request.delivered()
+
+        route = self.platform.route(src, dst)
+        if self.message_costs is None:
+            self.network.transfer_then(route, nbytes, deliver, src=src, dst=dst)
+        else:
+            self._send_with_costs(src, dst, route, nbytes, deliver)
+        return request
+
+    def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None]) -> None:
+        """A message paying LogGP costs (``platform.messages``) around its links.
+
+        The sender injects it once its previous message is ``max(g, o_s)`` behind, spends
+        ``o_s`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`), a message above
+        the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
+        the message is in its mailbox. Under ``progress: on_call`` a message above the eager
+        limit goes only once the receiver answers the handshake (:mod:`.progress`).
+        """
+        costs, now = self.message_costs, self.env.now
+        inject_s = max(now, self._next_injection_s.get(src, 0.0))
+        self._next_injection_s[src] = inject_s + max(costs.gap, costs.send_overhead)
+        self._cpu_owed_s[src] = self._cpu_owed_s.get(src, 0.0) + costs.send_overhead
+        delay_s = inject_s - now + costs.send_overhead + costs.handshake_s(nbytes) + \
+            self.platform.route_latency_s(src, dst)
+        if costs.recv_overhead > 0:
+            def arrived() -> None:
+                self.env.timeout(costs.recv_overhead).callbacks.append(lambda _event: deliver())
+        else:
+            arrived = deliver
+        if self.on_call is not None and costs.eager_limit is not None and nbytes > costs.eager_limit:
+            self.on_call.answer(dst, lambda: self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst,
+                                                                         latency_s=delay_s))
+            return
+        self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst, latency_s=delay_s)
+
+    def _owed_cpu_s(self, rank: int) -> float:
+        """CPU time the rank's sends took since its last compute (LogGP ``o_s``), now paid."""
+        return self._cpu_owed_s.pop(rank, 0.0) if self._cpu_owed_s else 0.0
+
+    @staticmethod
+    def _matches(message: Message, src: int, tag: int) -> bool:
+        return (src == ANY or message.src == src) and (tag == ANY or message.tag == tag)
+
+    def _deliver(self, message: Message) -> None:
+        if message.dst in self.crashed:  # the bytes crossed the links; nobody is there to read them
+            self._count_drop("messages", message.dst, 1)
+            self._count_drop("bytes", message.dst, message.nbytes)
+            return
+        waiters = self._recv_waiters[message.dst]
+        for i, waiter in enumerate(waiters):
+            if self._matches(message, waiter.src, waiter.tag):
+                del waiters[i]
+                waiter.request.started_s = message.sent_s
+                waiter.request.event.succeed(message)
+                return
+        self._mailboxes[message.dst].append(message)
+
+    def poll(self, rank: int, src: int = ANY, tag: int = ANY) -> Message | None:
+        if self.on_call is not None:
+            self.on_call.called(rank)
+        box = self._mailboxes[rank]
+        for i, message in enumerate(box):
+            if self._matches(message, src, tag):
+                return box.pop(i)
+        return None
+
+    def recv(self, rank: int, src: int = ANY, tag: int = ANY) -> Request:
+        message = self.poll(rank, src, tag)
+        if message is not None:
+            return ReadyReceive(self.env, message)
+        request = Request("comm", "recv", self.env.event())
+        self._recv_waiters[rank].append(_RecvWaiter(src, tag, request))
+        return request
