@@ -181,10 +181,11 @@ class _FakeWorld:
 
 
 def _receive_cpu(late: int) -> float:
-    from simdist.real.runtime import MPIDriver, _RecvRequest
+    from simdist.real.driver import MPIDriver
+    from simdist.real.requests import RecvRequest
 
     world = _FakeWorld(late)
-    MPIDriver(world).wait(_RecvRequest(world, 0, 1, 0))
+    MPIDriver(world).wait(RecvRequest(world, 0, 1, 0))
     return world.cpu.wait_s
 
 
@@ -265,12 +266,13 @@ def test_a_pilot_fit_scales_as_a_whole_line():
 
 
 def test_a_rank_sharing_its_core_sleeps_longer_the_longer_it_waits(monkeypatch):
-    from simdist.real import runtime
-    from simdist.real.runtime import MPIDriver, _RecvRequest
+    from simdist.real import driver
+    from simdist.real.driver import MPIDriver
+    from simdist.real.requests import RecvRequest
 
     slept: list[float] = []
-    monkeypatch.setattr(runtime.time, "sleep", slept.append)
+    monkeypatch.setattr(driver.time, "sleep", slept.append)
     world = _FakeWorld(late=8)
     world.spin = False  # ranks outnumber cores: every wake-up takes the core from a computing rank
-    MPIDriver(world).wait(_RecvRequest(world, 0, 1, 0))
+    MPIDriver(world).wait(RecvRequest(world, 0, 1, 0))
     assert slept == pytest.approx([50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1e-3, 1e-3, 1e-3])

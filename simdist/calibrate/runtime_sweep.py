@@ -13,7 +13,7 @@ the overlay it writes prices a simdist run's communication as the runtime does i
 microbenchmark, without running the job.
 
 * ping-pong: rank 0 ``send``s a ``uint8`` tensor of the size to its peer and waits for it to
-  come back (``recv`` through :class:`~simdist.real.runtime.MPIDriver`); one-way time is half
+  come back (``recv`` through :class:`~simdist.real.driver.MPIDriver`); one-way time is half
   the round trip;
 * LogP overheads: posting a small ``send`` (the sender's CPU until the call returns) and
   receiving one that has already arrived;
@@ -45,7 +45,8 @@ class RuntimePath:
         import torch
 
         from ..real.placement import rank_spins
-        from ..real.runtime import MPIDriver, MPIRuntime, MPIWorld
+        from ..real.driver import MPIDriver
+        from ..real.runtime import MPIRuntime, MPIWorld
         from ..recorder import Recorder
 
         self.torch = torch

@@ -230,7 +230,7 @@ def _busy(seconds: float) -> None:
 
 def _messages(world: Any, driver: Any, pair: tuple[int, int], payload: Any) -> list[float]:
     """Send-to-receive seconds of ``payload``, each way in turn, sent once the receiver has been waiting a while."""
-    from .runtime import _RecvRequest
+    from .requests import RecvRequest
 
     rank, times = world.rank, []
     for i in range(2 * (_NETWORK_REPEATS + _WARMUP)):
@@ -239,7 +239,7 @@ def _messages(world: Any, driver: Any, pair: tuple[int, int], payload: Any) -> l
             _busy(_LATE_S)
             world.send(receiver, payload, _TAG_PING, record=False)  # not part of the run's trace
         else:
-            message = driver.wait(_RecvRequest(world, rank, sender, _TAG_PING))
+            message = driver.wait(RecvRequest(world, rank, sender, _TAG_PING))
             if i >= 2 * _WARMUP:
                 times.append(message.arrived_s - message.sent_s)
     return times

@@ -1,6 +1,7 @@
 """MPIRuntime: the Runtime seam over MPI, with wall-clock time (one OS process per rank).
 
-The same algorithm generators the simulator drives are driven here by :class:`MPIDriver`,
+The same algorithm generators the simulator drives are driven here by
+:class:`~simdist.real.driver.MPIDriver` (what it waits on: :mod:`.requests`),
 which turns each yielded request into MPI calls and records wall-clock spans into a
 :class:`~simdist.recorder.Recorder` with the simulator's schema:
 
@@ -29,7 +30,7 @@ which turns each yielded request into MPI calls and records wall-clock spans int
 * ``busy`` costs nothing extra: the work it models (a server's update) is real here.
 
 Which progress the MPI library itself gives (the simulator's ``platform.progress``) is probed
-once at start-up (:func:`probe_progress`, about 0.1 s): an ``Iallreduce`` of 4 MiB posted,
+once at start-up (:func:`~.progress.probe_progress`, about 0.1 s): an ``Iallreduce`` of 4 MiB posted,
 20 ms of compute with no MPI call, then ``Wait``, three times. A wait about as long as the
 allreduce alone means it moved only inside the wait (``on_call``: MPICH 5.0.2 by default);
 one near zero, that it moved meanwhile (``async``: the same MPICH with
@@ -65,7 +66,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any, Callable, Generator, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -75,21 +76,15 @@ from ..ledger import work_span_name
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
 from ..training.replica import payload_nbytes
-from .progress import Progress
+from .progress import Progress, probe_progress
+from .requests import CollectiveRequest, ComputeRequest, Done, RecvRequest, Request, SendRequest
 from .wire import pack, unpack
 
-__all__ = ["MPIWorld", "MPIRuntime", "MPIDriver", "Stopped", "CpuClock", "probe_progress"]
+__all__ = ["MPIWorld", "MPIRuntime", "CpuClock", "CTL_STOP", "CTL_DONE"]
 
 CTL_STOP, CTL_DONE = 1, 2
 BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are touched only when used)
-_SPIN_S = 0.5e-3  # a rank with a core to itself spins this long before sleeping between tests
-_SLEEP_S = 50e-6  # first sleep between tests; a rank sharing its cores doubles it up to _SLEEP_MAX_S
-_SLEEP_MAX_S = 1e-3
-_CONTROL_EVERY = 16  # tests between looks at the control communicator
 _PROGRESS_S = 1e-3  # how often outstanding non-blocking collectives are tested during a compute
-_PROBE_BYTES = 4 << 20  # the progress probe's allreduce: large enough to leave the eager protocol
-_PROBE_COMPUTE_S = 20e-3  # ... its compute without MPI calls (at least twice the allreduce, at most 40 ms)
-_PROBE_ROUNDS = 3  # ... and how often it is repeated (the host may be busy with other processes)
 
 
 class CpuClock:
@@ -103,143 +98,6 @@ class CpuClock:
     def host_s(self) -> float:
         """CPU seconds spent on neither compute nor waiting since the clock started."""
         return time.thread_time() - self.start_s - self.compute_s - self.wait_s
-
-
-class Stopped(Exception):
-    """The run was stopped (step limit, time limit, every worker done) while this rank waited."""
-
-
-class _Request:
-    """A runtime request: ``test()`` True once done; ``value`` then holds its result."""
-
-    kind = "comm"
-
-    def __init__(self, name: str, started_s: float | None = None, value: Any = None, done: bool = False):
-        self.name = name
-        self.started_s = started_s
-        self.value = value
-        self.done = done
-        self.blocking = True
-        self.issued_s = 0.0
-        self.span_args: dict[str, Any] = {}  # what its comm span records besides the times (bytes, ...)
-
-    def test(self) -> bool:
-        return self.done
-
-
-class _Done(_Request):
-    def __init__(self, kind: str, name: str, started_s: float, value: Any = None):
-        super().__init__(name, started_s, value, True)
-        self.kind = kind
-
-
-class ComputeRequest(_Request):
-    """A finished forward/backward: its value is the :class:`GradResult`."""
-
-    kind = "compute"
-
-    def __init__(self, result: GradResult):
-        super().__init__("forward/backward", result.start_s, result, True)
-
-    def partial_result(self) -> GradResult:
-        return self.value
-
-    def at_fraction(self, fraction: float) -> _Request:
-        return _Done("progress", self.name, self.started_s)
-
-
-class _SendRequest(_Request):
-    """A buffered send on the ``pkl5`` communicator (its ``test()`` returns ``(done, value)``)."""
-
-    def __init__(self, mpi_request, started_s: float):
-        super().__init__("send", started_s)
-        self._req = mpi_request
-
-    def test(self) -> bool:
-        if not self.done:
-            self.done = bool(self._req.test()[0])
-        return self.done
-
-
-class _RecvRequest(_Request):
-    def __init__(self, world: "MPIWorld", rank: int, src: int, tag: int):
-        super().__init__("recv")
-        self._world, self._rank, self._src, self._tag = world, rank, src, tag
-
-    def test(self) -> bool:
-        if not self.done:
-            message = self._world.poll(self._rank, self._src, self._tag)
-            if message is not None:
-                self.done, self.value, self.started_s = True, message, message.sent_s
-                self.span_args = {"bytes": int(message.nbytes), "src": int(message.src), "sent_s": message.sent_s}
-        return self.done
-
-
-class _CollectiveRequest(_Request):
-    """A non-blocking collective plus the MAX of the members' arrival times."""
-
-    def __init__(self, name: str, requests: list, arrival: np.ndarray, finish, keep: tuple):
-        super().__init__(name)
-        self._requests, self._arrival, self._finish, self._keep = requests, arrival, finish, keep
-
-    def mpi_requests(self) -> list:
-        """The MPI requests (arrival times, data) behind it."""
-        return self._requests
-
-    def test(self) -> bool:
-        """Done once every member has arrived and the data phase (waited for at once) is over."""
-        if not self.done and self._requests[0].Test():
-            from mpi4py import MPI
-
-            MPI.Request.Waitall(self._requests[1:])
-            self.done, self.started_s, self.value = True, float(self._arrival[0]), self._finish()
-        return self.done
-
-
-def probe_progress(comm) -> dict[str, Any]:
-    """The progress mode the MPI library shows a non-blocking collective (collective over ``comm``).
-
-    After a warm-up ``Iallreduce`` of :data:`_PROBE_BYTES`, :data:`_PROBE_ROUNDS` rounds each
-    time one allreduce alone (post, then ``Wait``) and one posted before ``compute_s`` of
-    compute that makes no MPI call (twice the first allreduce alone, 20 to 40 ms), whose
-    ``Wait`` is timed. Per round both times are the slowest rank's; ``alone_s`` and
-    ``wait_s`` are their smallest over the rounds (another process taking a core only ever
-    lengthens one). ``observed`` is ``on_call`` when ``wait_s > alone_s / 4`` (the data moved
-    inside the wait), else ``async`` (with a progress thread the wait is tens of
-    microseconds); None on one rank (nothing to move).
-    """
-    from mpi4py import MPI
-
-    figures: dict[str, Any] = {"observed": None, "probe_bytes": _PROBE_BYTES, "alone_s": None, "compute_s": None,
-                               "wait_s": None, "library": MPI.Get_library_version().strip().splitlines()[0].strip()}
-    if comm.Get_size() < 2:
-        return figures
-    probe = comm.Dup()
-    try:
-        send = np.ones(_PROBE_BYTES // 8)
-        recv = np.empty_like(send)
-        probe.Iallreduce(send, recv, MPI.SUM).Wait()  # connections and buffers set up
-        alone, waits, compute_s = [], [], 0.0
-        for _ in range(_PROBE_ROUNDS):
-            probe.Barrier()
-            start = time.perf_counter()
-            probe.Iallreduce(send, recv, MPI.SUM).Wait()
-            alone.append(probe.allreduce(time.perf_counter() - start, op=MPI.MAX))
-            compute_s = compute_s or min(max(_PROBE_COMPUTE_S, 2.0 * alone[0]), 2.0 * _PROBE_COMPUTE_S)
-            probe.Barrier()
-            request = probe.Iallreduce(send, recv, MPI.SUM)
-            until = time.perf_counter() + compute_s
-            while time.perf_counter() < until:  # compute: no MPI call
-                pass
-            start = time.perf_counter()
-            request.Wait()
-            waits.append(probe.allreduce(time.perf_counter() - start, op=MPI.MAX))
-    finally:
-        probe.Free()
-    alone_s, wait_s = min(alone), min(waits)
-    figures.update(observed="on_call" if wait_s > 0.25 * alone_s else "async", alone_s=alone_s,
-                   compute_s=compute_s, wait_s=wait_s)
-    return figures
 
 
 def _as_numpy(tensor: torch.Tensor, reduce: bool) -> tuple[np.ndarray, Any]:
@@ -300,7 +158,7 @@ class MPIWorld:
             recorder.event("mpi_progress", time_s=0.0, rank=0, **self.progress_probe)
         self.restart_clock()
 
-    def pending_collectives(self) -> list["_CollectiveRequest"]:
+    def pending_collectives(self) -> list["CollectiveRequest"]:
         """Non-blocking collectives issued and not yet completed."""
         return [r for r in self._collectives if not r.done and not r.blocking]
 
@@ -328,7 +186,7 @@ class MPIWorld:
 
     # -- point to point -------------------------------------------------------------------
 
-    def send(self, dst: int, payload: Any, tag: int, record: bool = True) -> _SendRequest:
+    def send(self, dst: int, payload: Any, tag: int, record: bool = True) -> SendRequest:
         if not 0 <= dst < self.size:
             raise SimulationError(f"rank {self.rank} sends to rank {dst}, which does not exist")
         sent = self.now()
@@ -339,7 +197,7 @@ class MPIWorld:
             self.span("comm", "send", sent, self.now(), blocking=False, bytes=nbytes, dst=dst)
         self._sends = [r for r in self._sends if not r.test()[0]]
         self._sends.append(request)
-        return _SendRequest(request, sent)
+        return SendRequest(request, sent)
 
     def poll(self, rank: int, src: int, tag: int) -> Message | None:
         MPI = self.MPI
@@ -354,7 +212,7 @@ class MPIWorld:
     # -- collectives ------------------------------------------------------------------------
 
     def collective(self, kind: str, group: Group, tensor: Any, root: int | None = None,
-                   blocking: bool = True) -> _CollectiveRequest:
+                   blocking: bool = True) -> CollectiveRequest:
         MPI = self.MPI
         comm = self.comm_for(group)
         arrival, latest = np.array([self.now()]), np.zeros(1)
@@ -383,7 +241,7 @@ class MPIWorld:
                 finish, keep = (lambda: [float(v) for v in recv]), (send,)
         else:
             raise SimulationError(f"unknown collective {kind!r}")
-        request = _CollectiveRequest(kind, requests, latest, finish, (arrival, keep))
+        request = CollectiveRequest(kind, requests, latest, finish, (arrival, keep))
         request.blocking, request.issued_s = blocking, float(arrival[0])
         request.span_args = {"bytes": int(payload_nbytes(tensor)) if isinstance(tensor, torch.Tensor) else 0,
                              "group_size": group.size, **({} if blocking else {"nonblocking": True})}
@@ -475,19 +333,19 @@ class MPIRuntime:
         return ComputeRequest(GradResult(grad, loss, int(batch.size), start, end))
 
     def busy(self, duration_s: float, name: str = "busy", *, part: str | None = None,
-             run: Callable[[], Any] | None = None) -> _Request:
+             run: Callable[[], Any] | None = None) -> Request:
         """``run()`` timed as the algorithm's own work (``duration_s`` is the simulator's model of it)."""
         name = work_span_name(name, part)
         if run is None:
-            return _Done("busy", name, self.now())  # the work is done for real in the caller, untimed
+            return Done("busy", name, self.now())  # the work is done for real in the caller, untimed
         world = self.world
         start, cpu = self.now(), time.thread_time()
         value = run()
         world.cpu.compute_s += time.thread_time() - cpu  # timed apart: not host work between calls
         world.span("compute", name, start, self.now())
-        return _Done("busy", name, start, value)
+        return Done("busy", name, start, value)
 
-    def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> _Request:
+    def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> Request:
         """``run()`` timed as compute (no ``cpu_s``: compute profiles are fitted to forward/backwards only)."""
         world = self.world
         start, cpu = self.now(), time.thread_time()
@@ -495,30 +353,30 @@ class MPIRuntime:
         cpu = time.thread_time() - cpu
         world.cpu.compute_s += cpu
         world.span("compute", name, start, self.now(), samples=int(samples), inference_cpu_s=cpu)
-        return _Done("compute", name, start, value)
+        return Done("compute", name, start, value)
 
-    def send(self, dst: int, payload: Any, tag: int = 0) -> _SendRequest:
+    def send(self, dst: int, payload: Any, tag: int = 0) -> SendRequest:
         return self.world.send(dst, payload, tag)
 
-    def recv(self, src: int = ANY, tag: int = ANY) -> _RecvRequest:
-        return _RecvRequest(self.world, self.rank, src, tag)
+    def recv(self, src: int = ANY, tag: int = ANY) -> RecvRequest:
+        return RecvRequest(self.world, self.rank, src, tag)
 
     def poll(self, src: int = ANY, tag: int = ANY) -> Message | None:
         return self.world.poll(self.rank, src, tag)
 
-    def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> _CollectiveRequest:
+    def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> CollectiveRequest:
         return self.world.collective("allreduce", group, tensor)
 
-    def iallreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> _CollectiveRequest:
+    def iallreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> CollectiveRequest:
         return self.world.collective("allreduce", group, tensor, blocking=False)
 
-    def broadcast(self, group: Group, tensor: Any, root: int) -> _CollectiveRequest:
+    def broadcast(self, group: Group, tensor: Any, root: int) -> CollectiveRequest:
         return self.world.collective("broadcast", group, tensor, root=root)
 
-    def allgather(self, group: Group, tensor: Any) -> _CollectiveRequest:
+    def allgather(self, group: Group, tensor: Any) -> CollectiveRequest:
         return self.world.collective("allgather", group, tensor)
 
-    def barrier(self, group: Group) -> _CollectiveRequest:
+    def barrier(self, group: Group) -> CollectiveRequest:
         return self.world.collective("barrier", group, None)
 
     def group(self, ranks: Iterable[int], name: str = "") -> Group:
@@ -526,93 +384,3 @@ class MPIRuntime:
 
     def record(self, kind: str, **fields: Any) -> None:
         self.world.record(self.rank, kind, fields)
-
-
-class MPIDriver:
-    """Drives one rank's generator to its end or to the run's stop; returns the status."""
-
-    def __init__(self, world: MPIWorld):
-        self.world = world
-
-    def _check_stop(self) -> None:
-        world = self.world
-        if world.step_limit_hit and world.stop_reason is None:
-            world.stop_reason = "step_limit"
-            world.notify_all(CTL_STOP, "step_limit")
-        if world.time_limit_s is not None and world.now() >= world.time_limit_s and world.stop_reason is None:
-            world.stop_reason = "time_limit"
-        world.check_control()
-        if world.stop_reason is not None:
-            raise Stopped(world.stop_reason)
-        if set(world.workers) <= world.done_workers:
-            raise Stopped("completed")  # every worker is done: a server's loop ends here
-
-    def wait(self, request: _Request) -> Any:
-        """The request's value once done; spins, then sleeps, between tests (see the module doc).
-
-        Its CPU time, receiving and the collective's data phase included, counts as waiting —
-        except receiving a message that was there already when asked for: the simulator has
-        delivered it by then and charges nothing more, so that copy is the rank's host work.
-        """
-        world = self.world
-        cpu, spin_until = time.thread_time(), (world.now() + _SPIN_S if world.spin else 0.0)
-        tests, sleep_s = 0, _SLEEP_S
-        try:
-            while not request.test():
-                tests += 1
-                if tests % _CONTROL_EVERY == 0:
-                    self._check_stop()
-                if not world.spin or world.now() > spin_until:
-                    time.sleep(sleep_s)
-                    if not world.spin:
-                        sleep_s = min(2.0 * sleep_s, _SLEEP_MAX_S)
-        finally:
-            if tests or not isinstance(request, _RecvRequest):
-                world.cpu.wait_s += time.thread_time() - cpu
-        return request.value
-
-    def drive(self, generator: Generator) -> str:
-        world, rank = self.world, self.world.rank
-        value: Any = None
-        try:
-            while True:
-                self._check_stop()
-                try:
-                    request = generator.send(value)
-                except StopIteration:
-                    if world.epoch_end is not None:  # after the last epoch
-                        world.epoch_end_work(world.epoch_end.schedule.at_finish(rank))
-                    break
-                if not isinstance(request, _Request):
-                    raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
-                waited_from = world.now()
-                value = self.wait(request)
-                if request.kind == "comm":
-                    self._account(request, waited_from)
-            if world.step_limit_hit:
-                self._check_stop()
-        except Stopped as stop:
-            return str(stop)
-        if rank in world.workers:
-            world.done_workers.add(rank)
-            world.notify_all(CTL_DONE, rank)
-        return "completed"
-
-    def _account(self, request: _Request, waited_from: float) -> None:
-        world = self.world
-        now = world.now()
-        if not request.blocking:
-            world.span("comm", request.name, request.issued_s, now, blocking=False)
-        started = request.started_s if request.started_s is not None else now
-        moving_from = min(max(waited_from, started), now)
-        world.span("wait", request.name, waited_from, moving_from)
-        world.span("comm", request.name, moving_from, now, **request.span_args)
-
-    def linger(self) -> str:
-        """After this rank's own process: serve control until the run is over; the final status."""
-        while True:
-            try:
-                self._check_stop()
-            except Stopped as stop:
-                return str(stop)
-            time.sleep(_SLEEP_S * 4)

@@ -66,7 +66,8 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     from ..run_result import RankInfo, RunResult
     from ..scenario import load_scenario
     from ..simulate import Simulation
-    from .runtime import MPIDriver, MPIRuntime, MPIWorld
+    from .driver import MPIDriver
+    from .runtime import MPIRuntime, MPIWorld
 
     from ..calibrate.compute_profile import steady_allocator
     from .calibration import calibration_sizes, measure_compute, measure_network
