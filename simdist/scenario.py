@@ -75,7 +75,8 @@ class WorkloadConfig(_Config):
     batch_size: int = Field(32, ge=1, le=2**24, description="samples per worker per step (at most 2**24)")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     timing_only: bool = Field(False, description="no tensors: payload sizes from the parameter count, no accuracy")
-    allow_code_import: bool = Field(False, description="allow model: 'pkg.mod:factory' (imports and runs that code)")
+    allow_code_import: bool = Field(False, description="allow import paths: model 'pkg.mod:factory', algorithm "
+                                    "'pkg.mod:Class' (imports and runs that code)")
     loss_curve: LossCurveConfig | None = Field(
         None, description="timing-only runs: the training loss to report and steer by (per-epoch values or a law)")
     data_loading: DataLoadingConfig | None = Field(
@@ -394,6 +395,19 @@ def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[st
     return _merge(base, value)
 
 
+def _import_algorithm(path: str, allowed: bool, source: str | None) -> None:
+    """Register the algorithm class at ``path`` ("package.module:Class"), where the scenario allows importing code."""
+    from .algorithms.base import register_imported
+
+    if not allowed:
+        raise InputError(f"algorithm {path!r} is an import path and importing runs code; the scenario must set "
+                         "`workload.allow_code_import: true` to allow it", source=source, field="algorithm.name")
+    try:
+        register_imported(path)
+    except InputError as exc:
+        raise exc.at(source=source, field_prefix="algorithm.name") from None
+
+
 def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_dir: Path | None = None,
                        overrides: list[str] | None = None) -> Scenario:
     """Validate a scenario mapping (what :func:`load_scenario` does after reading the file)."""
@@ -413,6 +427,8 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
     name = scenario.algorithm.get("name")
     if not isinstance(name, str):
         raise InputError(f"needs a name; known: {', '.join(ALGORITHMS.names())}", source=source, field="algorithm.name")
+    if ":" in name and name not in ALGORITHMS:
+        _import_algorithm(name, scenario.workload.allow_code_import, source)
     if name not in ALGORITHMS:
         raise InputError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS.names())}",
                          source=source, field="algorithm.name")

@@ -18,7 +18,8 @@ from ..config import USER_CONFIG
 from ..registry import Registry
 from ..runtime.base import Runtime
 
-__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "PeerAlgorithm", "Process"]
+__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "PeerAlgorithm", "Process",
+           "register_imported"]
 
 Process = Callable[[Runtime], Generator]
 
@@ -128,3 +129,27 @@ class PeerAlgorithm(Algorithm):
 
     def _worker(self, rt: Runtime, index: int) -> Generator:
         raise NotImplementedError
+
+
+def register_imported(path: str) -> str:
+    """Register the :class:`Algorithm` subclass named by ``"package.module:Class"`` under that path
+    (once per process; importing the module runs its code) and return the name.
+
+    The class needs a ``Config`` (an :class:`AlgorithmConfig` subclass; its ``name`` accepts the
+    path). An algorithm of one's own then runs as the built-in ones do, in the simulator and
+    under ``mpiexec``: ``algorithm: {name: "mypkg.algos:LocalSGD", ...options}``.
+    """
+    from ..errors import InputError
+    from ..importpath import import_object
+
+    if path in ALGORITHMS:
+        return path
+    target = import_object(path, "algorithm")
+    config = getattr(target, "Config", None)
+    if not (isinstance(target, type) and issubclass(target, Algorithm) and isinstance(config, type)
+            and issubclass(config, AlgorithmConfig)):
+        raise InputError(f"algorithm {path!r} must be a subclass of simdist.algorithms.base.Algorithm with a Config "
+                         "(a subclass of AlgorithmConfig)")
+    description = (target.__doc__ or path).strip().splitlines()[0]
+    ALGORITHMS.add(path, target, description, config=config)
+    return path

@@ -14,7 +14,6 @@ the same numbers without touching tensors.
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import Annotated, Callable
@@ -25,6 +24,7 @@ from torch import nn
 
 from ..config import FROM_LIST, USER_CONFIG
 from ..errors import InputError
+from ..importpath import import_object
 from ..registry import Registry
 
 __all__ = [
@@ -155,18 +155,7 @@ def cnn(input_shape: tuple[int, ...], num_classes: int, config: CNNConfig) -> nn
 
 def load_import_model(path: str) -> Callable[..., nn.Module]:
     """The callable named by ``"package.module:factory"`` (importing the module runs its code)."""
-    module_name, sep, attr = str(path).partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"model import path must look like 'package.module:factory', got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InputError(f"cannot import module {module_name!r} for model {path!r}: {err}") from None
-    target: object = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise InputError(f"module {module_name!r} has no attribute {attr!r} (model {path!r})")
-        target = getattr(target, part)
+    target = import_object(path, "model")
     if not callable(target):
         raise InputError(f"model {path!r} is not callable; it must be a factory returning a torch.nn.Module")
     return target
