@@ -1,6 +1,6 @@
 """NNT against synchronous SGD on the NNT paper's kind of CPU cluster: epoch time, ordering, ledger.
 
-The NNT paper (ALGORITHMS.md §7: ResNet-18 on CIFAR-10, 16 CPU nodes, an Ethernet-class
+The NNT paper (docs/algorithms.md §7: ResNet-18 on CIFAR-10, 16 CPU nodes, an Ethernet-class
 network) reports that Nearest-Neighbours Training "is less hurt than sync by large per-node
 batches (1024), while sync SGD remains fastest at batch 128". Read per epoch, which is what a
 timing-only run can check (it has no accuracy, so the paper's convergence claims are not
@@ -45,9 +45,9 @@ DEFAULT_SCENARIO = ROOT / "scenarios" / "nnt_paper_cpu_cluster.yaml"
 DEFAULT_REPORT = ROOT / "reports" / "nnt_vs_sync.md"
 ALGORITHMS = ("nnt", "sync", "asgd")
 BATCHES = (32, 128, 1024)
-# Who has the shorter epoch, NNT or sync, as the paper reports it (ALGORITHMS.md §7).
+# Who has the shorter epoch, NNT or sync, as the paper reports it (docs/algorithms.md §7).
 PAPER_FASTER = {32: "level", 128: "sync", 1024: "sync"}
-PAPER_QUOTE = ("ALGORITHMS.md §7, the NNT paper's CPU cluster (ResNet-18 on CIFAR-10, 16 CPU nodes, "
+PAPER_QUOTE = ("docs/algorithms.md §7, the NNT paper's CPU cluster (ResNet-18 on CIFAR-10, 16 CPU nodes, "
                "Ethernet-class network): NNT \"is less hurt than sync by large per-node batches (1024), while "
                "sync SGD remains fastest at batch 128\". Read per epoch, which is what a timing-only run can check "
                "(it has no accuracy, so convergence is not compared): sync is the faster at per-node batch 128 "
@@ -209,8 +209,8 @@ def _difference_lines(results: list[dict]) -> list[str]:
                      f"{evaluation_s / nnt['epoch_s']:.0%} of its epoch; NNT's epoch less it is "
                      f"{nnt['epoch_s'] - evaluation_s:.3f} s, against sync's {sync['epoch_s']:.3f} s")
     return lines + ["", "NNT's evaluation (every replica on the test set, then all restart from the best one) is "
-                    "part of its protocol (ALGORITHMS.md §7) and costs a forward pass over the test images; sync's "
-                    "replicas are identical and need no such step, so the runs charge it none."]
+                    "part of its protocol (docs/algorithms.md §7) and costs a forward pass over the test images; "
+                    "sync's replicas are identical and need no such step, so the runs charge it none."]
 
 
 def _ledger_lines(results: list[dict]) -> list[str]:

@@ -56,7 +56,7 @@ SCENARIO = ROOT / "scenarios" / "daso_ablation.yaml"
 REPORT = ROOT / "reports" / "noise_ablation.md"
 GPUS_PER_NODE = 4
 PUBLISHED_SAVING_PCT = (15.0, 35.0)  # DASO vs Horovod, Coquelin et al. 2022 (25 % ImageNet, ~35 % / 30 % segmentation)
-WARMUP_EPOCHS = COOLDOWN_EPOCHS = 4  # DASO's defaults (ALGORITHMS.md section 5)
+WARMUP_EPOCHS = COOLDOWN_EPOCHS = 4  # DASO's defaults (docs/algorithms.md §5)
 TOTAL_EPOCHS = 90
 DEFAULT_EPOCHS = {32: 1, 128: 2}  # 157 resp. 80 steps per point (40 steps per epoch at 128 GPUs)
 BS_B = (1, 2, 4, 8, 16)

@@ -1,4 +1,4 @@
-"""Parameter-server algorithms end to end: asgd, nsoftsync and dbs (ALGORITHMS.md §2–§4).
+"""Parameter-server algorithms end to end: asgd, nsoftsync and dbs (docs/algorithms.md §2–§4).
 
 Runs go through the public path (scenario dict -> ``scenario_from_dict`` -> ``simulate``);
 where the servers' final parameters or per-server counters are needed, the registered

@@ -1,4 +1,4 @@
-"""The parameter-server update rules against the formulas of ALGORITHMS.md §2–§4.
+"""The parameter-server update rules against the formulas of docs/algorithms.md §2–§4.
 
 asgd: s = v_now − v_read, w ← w − η·g or w ← w − η/max(1, s)·g. n-softsync: c = ⌊N/n⌋,
 w ← w − η·(1/c)·Σ g_j, each g_j first divided by max(1, s_j) when staleness-aware. dbs:

@@ -1,4 +1,4 @@
-"""DASO end to end (ALGORITHMS.md §5): options, wire bytes, group rotation, staleness, schedule, learning.
+"""DASO end to end (docs/algorithms.md §5): options, wire bytes, group rotation, staleness, schedule, learning.
 
 Runs go through the public path (scenario dict -> ``scenario_from_dict`` -> ``simulate``); where
 the final replicas are needed, the algorithm is wired to a SimWorld by ``helpers.run_by_hand``.

@@ -1,4 +1,4 @@
-"""DASO's math and schedule (simdist.algorithms.daso_math) against ALGORITHMS.md §5."""
+"""DASO's math and schedule (simdist.algorithms.daso_math) against docs/algorithms.md §5."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DC-S3GD (ALGORITHMS.md §6): the math against its formulas, the protocol, and its timing.
+"""DC-S3GD (docs/algorithms.md §6): the math against its formulas, the protocol, and its timing.
 
 * Math: ``D``, ``λ`` (with its zero-denominator guard), ``g̃`` and the combined update on
   random tensors, written out by hand; the learning-rate schedule's shape; phantoms.

@@ -1,4 +1,4 @@
-"""Nearest-Neighbours Training (ALGORITHMS.md §7): layouts, protocol and epoch restarts.
+"""Nearest-Neighbours Training (docs/algorithms.md §7): layouts, protocol and epoch restarts.
 
 * Layouts: ring and torus neighbour maps, hop distances (closed form = breadth-first
   search), most-square grid shapes; too-small layouts refused at scenario load.

@@ -1,4 +1,4 @@
-"""asgd — asynchronous SGD with a parameter server (ALGORITHMS.md §2).
+"""asgd — asynchronous SGD with a parameter server (docs/algorithms.md §2).
 
 A server holds w and a version counter v. Worker loop: pull (w, v) → compute g on its
 batch → push g. The server, on each arriving gradient: staleness s = v_now − v_read;

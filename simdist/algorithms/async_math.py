@@ -1,7 +1,7 @@
 """Update rules of the parameter-server algorithms (asgd, nsoftsync, dbs) as pure functions.
 
 The protocol (who sends what, when) lives in :mod:`.parameter_server` and the algorithm
-modules; the arithmetic lives here, written from ALGORITHMS.md §2–§4 and unit-tested
+modules; the arithmetic lives here, written from docs/algorithms.md §2–§4 and unit-tested
 against those formulas (``tests/test_async_math.py``). Every function works on real
 tensors and on timing-only :class:`~simdist.training.replica.PhantomTensor` s alike.
 

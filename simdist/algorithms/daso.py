@@ -1,4 +1,4 @@
-"""daso — Distributed Asynchronous and Selective Optimization (ALGORITHMS.md §5).
+"""daso — Distributed Asynchronous and Selective Optimization (docs/algorithms.md §5).
 
 P nodes × G GPUs (nodes are ``ctx.node_of`` of the worker ranks; at least 2 nodes with the
 same number of workers each). Two networks: each node's GPUs (node-local group), and G
@@ -33,11 +33,11 @@ warm-up or a schedule change); a ``global_sync`` event per sync
 (group, S waited, blocking, B); ``phase`` and ``schedule`` events when they change
 (recorded once, by the first worker); an ``epoch_loss`` event per averaged epoch loss.
 
-**choices** (ALGORITHMS.md leaves them open):
+**choices** (docs/algorithms.md §5 lists them):
 
 * B counts batches across epochs (a send after every B-th batch since the previous send);
   Heat's reference restarts the count every epoch (sends at batch 0, B, 2B, ...) and also
-  syncs every epoch's last batch — not done here: ALGORITHMS.md says every B batches;
+  syncs every epoch's last batch — not done here: docs/algorithms.md §5 says every B batches;
 * with the adaptive schedule no global sync crosses an epoch end, where (B, S) may change:
   a non-blocking sync still pending at the epoch's last batch is merged there, weighted with
   the S' < S batches it actually waited (Heat's reference cuts the wait the same way); with

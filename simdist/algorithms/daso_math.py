@@ -1,4 +1,4 @@
-"""DASO's math and schedule as pure functions (ALGORITHMS.md §5); the protocol is in :mod:`.daso`.
+"""DASO's math and schedule as pure functions (docs/algorithms.md §5); the protocol is in :mod:`.daso`.
 
 * :func:`daso_merge` — the receive rule of a non-blocking global sync,
   x ← (2S·x_local + Σ_{i=1..P} x_i) / (2S + P), where the sum holds all P group members'
@@ -23,7 +23,7 @@
 * :func:`on_plateau` — B > 1: B ← B // 2, S ← max(1, S − 1); B = 1: reset
   B ← max_global_skips, S ← max_global_skips // 4.
 
-**choices** (ALGORITHMS.md leaves them open):
+**choices** (docs/algorithms.md §5 lists them):
 
 * the plateau detector sees cycling epochs only and starts afresh when cycling starts (B and
   S exist only in cycling; warm-up losses fall fast and would only set a best that cycling

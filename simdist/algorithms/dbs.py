@@ -1,4 +1,4 @@
-"""dbs — DBS-SGD, dynamic batch sizes for heterogeneous workers (ALGORITHMS.md §4).
+"""dbs — DBS-SGD, dynamic batch sizes for heterogeneous workers (docs/algorithms.md §4).
 
 Built on asgd (parameter server, asynchronous pushes, one update per gradient). Goal:
 equal iteration *time* across workers, so staleness stays low when workers differ in speed.
@@ -15,7 +15,7 @@ equal iteration *time* across workers, so staleness stays low when workers diffe
   S = Σ(worker 0's last m) / Σ(own last m). If |1 − S| > ``A`` (default 0.1):
   b_i ← clamp(round(b·S), ``b_min``, ``b_max``) with b = b_i (``rescale: current``, default)
   or b = X, the scenario's batch size (``rescale: base``, the paper's b_i = X·S).
-  **choice** (ALGORITHMS.md): times are measured at the current b_i, so the current batch is
+  **choice** (docs/algorithms.md §4): times are measured at the current b_i, so the current batch is
   scaled. To keep that true, a worker's own window restarts after every change, so S always
   compares times measured at its current batch size (m more iterations before the next
   decision). Worker 0 keeps b_0 = X. Each change is recorded as a ``batch_size`` event
@@ -25,7 +25,7 @@ equal iteration *time* across workers, so staleness stays low when workers diffe
   over the shard, charged with the update; see :mod:`.parameter_server`).
 * An epoch still covers the dataset once: each worker consumes its own shard at its own rate.
 
-Defaults: m = 5, A = 0.1, b_min = 1, b_max = 4·X (**choice**: ALGORITHMS.md gives none; four
+Defaults: m = 5, A = 0.1, b_min = 1, b_max = 4·X (**choice**, docs/algorithms.md §4: four
 times the base batch lets a worker up to 4× faster than worker 0 catch up while bounding
 memory), rescale = current, weight_by_batch = false.
 """

@@ -1,4 +1,4 @@
-"""dcs3gd — DC-S3GD, delay-compensated stale-synchronous SGD (ALGORITHMS.md §6).
+"""dcs3gd — DC-S3GD, delay-compensated stale-synchronous SGD (docs/algorithms.md §6).
 
 Decentralised (no server), staleness exactly 1, communication overlapped with compute.
 Per worker i, with U the scenario's optimizer step (momentum SGD in the paper)::

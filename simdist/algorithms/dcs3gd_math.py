@@ -1,4 +1,4 @@
-"""DC-S3GD's arithmetic as pure functions (ALGORITHMS.md §6).
+"""DC-S3GD's arithmetic as pure functions (docs/algorithms.md §6).
 
 The protocol (who allreduces what, when) lives in :mod:`.dcs3gd`; the math lives here,
 written from the formulas and unit-tested against them (``tests/test_dcs3gd.py``). Every

@@ -1,4 +1,4 @@
-"""nnt — Nearest-Neighbours Training (ALGORITHMS.md §7).
+"""nnt — Nearest-Neighbours Training (docs/algorithms.md §7).
 
 Workers sit on a logical ring (two neighbours, N ≥ 3) or 2-D torus (four neighbours, at
 least 3 × 3; :mod:`.nnt_topology`) and exchange gradients, not weights, with their
@@ -115,7 +115,7 @@ class _WorkerState:
 
 @ALGORITHMS.register("nnt", "Nearest-Neighbours Training: each worker applies its own gradient and its ring/torus "
                             "neighbours' gradients; every epoch all restart from the best worker",
-                     citation="ALGORITHMS.md §7 (nearest-neighbour gradient exchange on a logical torus)",
+                     citation="docs/algorithms.md §7 (nearest-neighbour gradient exchange on a logical torus)",
                      config=NntConfig)
 class Nnt(PeerAlgorithm):
     """Nearest-neighbour gradient exchange with periodic restarts from the best replica."""

@@ -1,4 +1,4 @@
-"""nsoftsync — n-softsync SGD (Gupta et al., "Rudra"; Zhang et al.; ALGORITHMS.md §3).
+"""nsoftsync — n-softsync SGD (Gupta et al., "Rudra"; Zhang et al.; docs/algorithms.md §3).
 
 As asgd, but the server collects c = ⌊N / n⌋ gradients — from any workers, a fast worker
 may contribute two — before one update: w ← w − η·(1/c)·Σ g; v ← v + 1. n = N is asgd
@@ -23,7 +23,7 @@ The server sums each gradient into the round's aggregate when it arrives (``accu
 and applies the average once per round (``apply``); see :mod:`.parameter_server` for what each
 costs. ``push: buckets`` pushes gradients bucket by bucket during backward (:mod:`.ps_buckets`).
 
-``n`` defaults to 1 (**choice**: ALGORITHMS.md lists no default; n = 1 is valid for every
+``n`` defaults to 1 (**choice**, docs/algorithms.md §3: n = 1 is valid for every
 N). 1 ≤ n ≤ N is checked when the scenario loads (field ``algorithm.n``).
 """
 

@@ -1,4 +1,4 @@
-"""The parameter-server protocol shared by asgd, nsoftsync and dbs (ALGORITHMS.md §2–§4).
+"""The parameter-server protocol shared by asgd, nsoftsync and dbs (docs/algorithms.md §2–§4).
 
 Ranks: the workers are the scenario's first N ranks (``ctx.workers``); the k servers
 (``servers: k``, default 1) run on ``server_ranks``, by default the k ranks right after the
@@ -17,7 +17,7 @@ Protocol (tags :data:`TAG_PULL`, :data:`TAG_PUSH`, :data:`TAG_WEIGHTS`):
 * worker loop: load the received weights, compute the gradient of the next batch, push
   shard j of it to server j with the version read, batch size, loss and the time the
   weights were read; then receive the next ``(w_j, v_j)`` — the server's reply to the
-  push *is* the next pull (ALGORITHMS.md §2: "reply with the new (w, v) to that worker").
+  push *is* the next pull (docs/algorithms.md §2: "reply with the new (w, v) to that worker").
   ``push: buckets`` sends the gradient in buckets as backward produces them
   (:mod:`.ps_buckets`); the server waits for all of a push's buckets before using it;
 * server loop: receive messages from any rank in arrival order. A pull request is

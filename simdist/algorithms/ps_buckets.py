@@ -17,7 +17,7 @@ read per gradient, one update per gradient or round) and the number of updates i
 only the transfer overlaps backward. With k servers, a server whose shard's buckets have all
 arrived goes ahead while backward still produces the other shards' buckets. MXNet's kvstore
 instead updates each key on arrival, which makes staleness a per-bucket quantity (buckets of
-one gradient applied at different versions); that is not what ALGORITHMS.md §2–§4 define, so
+one gradient applied at different versions); that is not what docs/algorithms.md §2–§4 define, so
 it is not done here. The server joins the pieces of a push into its shard's gradient (a copy,
 ``unpack gradient``). Where the server's link is the bottleneck, early buckets share it with
 other workers' pushes the server could already apply, so buckets can be slower there

@@ -1,4 +1,4 @@
-"""sync — synchronous data-parallel SGD, the baseline (ALGORITHMS.md §1).
+"""sync — synchronous data-parallel SGD, the baseline (docs/algorithms.md §1).
 
 Every step each worker computes g_i on its batch; an allreduce averages them,
 g = (1/N) Σ g_i; every worker applies the same optimizer step, so replicas stay identical
