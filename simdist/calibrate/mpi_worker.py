@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .sweep_timing import repetitions, sweep
+from .sweep_timing import logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["DEFAULT_SIZES", "main"]
 
@@ -56,48 +56,19 @@ def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: i
         return (time.perf_counter() - start) / (2 * n)
 
     def decide(size: int, probe_s: float) -> int:
-        if rank == 0:
-            reps = repetitions(2 * probe_s, budget_s, batches)
-            comm.send(reps, dest=peer, tag=_TAG + 1)
-            return reps
-        return comm.recv(source=0, tag=_TAG + 1)
+        return pair_repetitions(comm, peer, probe_s, budget_s, batches, _TAG + 1)
 
     return sweep(sizes, timed, decide, budget_s, batches)
 
 
 def _overheads(comm, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
-    """LogP overheads between rank 0 and ``peer``, as Culler et al. measure them (rank 0 sends).
-
-    ``send_overhead_s``: how long posting a small (eager) ``Isend`` keeps the sender (the call
-    returns once the message is buffered); ``gap_s``: time per message of a stream of them;
-    ``recv_overhead_s``: how long a ``Recv`` of a message that has already arrived takes (the
-    receiver slept while they arrived). Medians over ``count`` messages; None on other ranks.
-    """
-    rank = comm.Get_rank()
+    """LogP overheads of ``Isend`` (the call returns once the eager message is buffered) and of a
+    ``Recv`` of a message already there, between rank 0 and ``peer`` (:func:`.sweep_timing.logp_overheads`)."""
     buf = np.zeros(size, dtype=np.uint8)
-    if rank == 0:
-        posts, requests = [], []
-        stream_start = time.perf_counter()
-        for _ in range(count):
-            start = time.perf_counter()
-            requests.append(comm.Isend([buf, size], dest=peer, tag=_TAG + 2))
-            posts.append(time.perf_counter() - start)
-        stream_s = time.perf_counter() - stream_start
-        for request in requests:
-            request.Wait()
-        comm.send(None, dest=peer, tag=_TAG + 3)
-        recv_s = comm.recv(source=peer, tag=_TAG + 4)
-        return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
-                "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}
-    comm.recv(source=0, tag=_TAG + 3)
-    time.sleep(0.02)  # every message has arrived: a receive now only takes it in
-    receives = []
-    for _ in range(count):
-        start = time.perf_counter()
-        comm.Recv([buf, size], source=0, tag=_TAG + 2)
-        receives.append(time.perf_counter() - start)
-    comm.send(float(np.median(receives)), dest=0, tag=_TAG + 4)
-    return None
+    return logp_overheads(comm, peer, post=lambda: comm.Isend([buf, size], dest=peer, tag=_TAG + 2),
+                          settle=lambda requests: [request.Wait() for request in requests],
+                          receive=lambda: comm.Recv([buf, size], source=0, tag=_TAG + 2),
+                          count=count, size=size, tag=_TAG + 3)
 
 
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:

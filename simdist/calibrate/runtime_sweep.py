@@ -29,9 +29,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-import numpy as np
-
-from .sweep_timing import repetitions, sweep
+from .sweep_timing import logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["RuntimePath"]
 
@@ -82,40 +80,19 @@ class RuntimePath:
             return elapsed
 
         def decide(size: int, probe_s: float) -> int:
-            if rank == 0:
-                reps = repetitions(2 * probe_s, budget_s, batches)
-                world.comm.send(reps, dest=peer, tag=_TAG + 1)
-                return reps
-            return world.comm.recv(source=0, tag=_TAG + 1)
+            return pair_repetitions(world.comm, peer, probe_s, budget_s, batches, _TAG + 1)
 
         return sweep(sizes, timed, decide, budget_s, batches)
 
     def overheads(self, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
-        """LogP overheads of the runtime's send and receive between rank 0 and ``peer`` (rank 0 sends)."""
-        rt, driver, world = self.rt, self.driver, self.world
+        """LogP overheads of the runtime's send and receive between rank 0 and ``peer`` (rank 0 sends;
+        :func:`.sweep_timing.logp_overheads`)."""
+        rt, driver = self.rt, self.driver
         payload = self.torch.zeros(size, dtype=self.torch.uint8)
-        if world.rank == 0:
-            posts = []
-            stream_start = time.perf_counter()
-            for _ in range(count):
-                start = time.perf_counter()
-                rt.send(peer, payload, _TAG + 2)
-                posts.append(time.perf_counter() - start)
-            stream_s = time.perf_counter() - stream_start
-            self._forget()
-            world.comm.send(None, dest=peer, tag=_TAG + 3)
-            recv_s = world.comm.recv(source=peer, tag=_TAG + 4)
-            return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
-                    "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}
-        world.comm.recv(source=0, tag=_TAG + 3)
-        time.sleep(0.05)  # every message has arrived: a receive now only takes it in
-        receives = []
-        for _ in range(count):
-            start = time.perf_counter()
-            driver.wait(rt.recv(0, _TAG + 2))
-            receives.append(time.perf_counter() - start)
-        world.comm.send(float(np.median(receives)), dest=0, tag=_TAG + 4)
-        return None
+        return logp_overheads(self.world.comm, peer, post=lambda: rt.send(peer, payload, _TAG + 2),
+                              settle=lambda _sends: self._forget(),  # buffered: complete at the call
+                              receive=lambda: driver.wait(rt.recv(0, _TAG + 2)),
+                              count=count, size=size, tag=_TAG + 3)
 
     def allreduce(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
         """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""

@@ -6,11 +6,12 @@ so both measure alike. Imports only NumPy: MPI ranks start fast.
 
 from __future__ import annotations
 
-from typing import Sequence
+import time
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["repetitions", "sweep"]
+__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads"]
 
 
 def repetitions(probe_s: float, budget_s: float, batches: int, lo: int = 2, hi: int = 100_000) -> int:
@@ -37,3 +38,47 @@ def sweep(sizes: Sequence[int], timed, decide_reps, budget_s: float, batches: in
             samples[size].append(timed(size, reps[size]))
     return [{"size_bytes": int(size), "median_s": float(np.median(v)), "min_s": float(min(v)), "max_s": float(max(v)),
              "reps": reps[size], "batches": batches} for size, v in samples.items()]
+
+
+def pair_repetitions(comm: Any, peer: int, probe_s: float, budget_s: float, batches: int, tag: int) -> int:
+    """A ping-pong's repetitions, decided by rank 0 from its round-trip probe and sent to ``peer``
+    (``comm``: any communicator with pickling ``send``/``recv``)."""
+    if comm.Get_rank() == 0:
+        reps = repetitions(2 * probe_s, budget_s, batches)
+        comm.send(reps, dest=peer, tag=tag)
+        return reps
+    return comm.recv(source=0, tag=tag)
+
+
+def logp_overheads(comm: Any, peer: int, post: Callable[[], Any], settle: Callable[[list], None],
+                   receive: Callable[[], None], *, count: int, size: int, tag: int) -> dict[str, float] | None:
+    """LogP overheads between rank 0 and ``peer``, as Culler et al. measure them (rank 0 sends).
+
+    Rank 0 ``post()``s ``count`` small messages, timing each call (``send_overhead_s``: how long
+    posting one keeps the sender) and the whole stream (``gap_s`` per message), then
+    ``settle``s what the posts returned. ``peer`` sleeps until all have arrived, then times each
+    ``receive()`` of a message already there (``recv_overhead_s``). Medians; None on ``peer``.
+    ``comm`` carries the control messages (pickling ``send``/``recv``).
+    """
+    if comm.Get_rank() == 0:
+        posts, handles = [], []
+        stream_start = time.perf_counter()
+        for _ in range(count):
+            start = time.perf_counter()
+            handles.append(post())
+            posts.append(time.perf_counter() - start)
+        stream_s = time.perf_counter() - stream_start
+        settle(handles)
+        comm.send(None, dest=peer, tag=tag)
+        recv_s = comm.recv(source=peer, tag=tag + 1)
+        return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
+                "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}
+    comm.recv(source=0, tag=tag)
+    time.sleep(0.05)  # every message has arrived: a receive now only takes it in
+    receives = []
+    for _ in range(count):
+        start = time.perf_counter()
+        receive()
+        receives.append(time.perf_counter() - start)
+    comm.send(float(np.median(receives)), dest=0, tag=tag + 1)
+    return None

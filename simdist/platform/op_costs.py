@@ -33,9 +33,9 @@ is a streaming elementwise kernel whose time is set by the bytes it reads and wr
 
 ``copy`` prices packing (flattening gradients into one buffer, a bucket copy) and unpacking
 (copying a reduced buffer back); ``cast`` a dtype conversion either way (16 → 32 bit reads 2
-and writes 4: the same bytes). ``save`` prices a checkpoint on the host
-(:func:`simdist.training.epoch_end.save_seconds`): a GPU rank's state crosses its host link first, and is
-serialized by the host's CPU (:func:`simdist.training.epoch_end.save_seconds`).
+and writes 4: the same bytes). ``save`` prices a checkpoint on the host: a GPU rank's state
+crosses its host link first and is serialized by the host's CPU
+(:func:`simdist.training.epoch_end.save_seconds`).
 
 A CPU rank with less than one core (``cpus`` < 1) streams at that share of the core's rate.
 :meth:`OpCostModel.describe` says for every device which figure each op used, for the

@@ -138,6 +138,8 @@ class CohortRuntime:
         if epoch_end is None:
             return None
         schedule = epoch_end.schedule
+        if schedule.owes_nothing_before(batches[0]):  # every step but an epoch's last: nothing to ask
+            return None
         owed = [schedule.before_batch(rank, batch) for rank, batch in zip(self._rank_list, batches)]
         return owed if any(owed) else None
 

@@ -107,6 +107,11 @@ class EpochEndSchedule:
             self._ended[rank] = int(batch.epoch)
         return owed
 
+    def owes_nothing_before(self, batch: Any) -> bool:
+        """Whether no rank owes work now and ``batch`` (of ranks in lockstep) closes no epoch:
+        a cohort then skips asking rank by rank."""
+        return not self._ended and not getattr(batch, "closes_epoch", False)
+
     def at_finish(self, rank: int) -> list[EpochEndTask]:
         """The work ``rank`` owes when its process ends (after its last epoch)."""
         return self._take(rank)
@@ -172,6 +177,7 @@ class EpochEndCosts:
         self.share = math.ceil(validation_samples / max(1, len(schedule.workers))) if validation_samples else 0
         self.validation_samples = int(validation_samples)
         self.values = params * (1 + state_buffers)  # float32 values in a checkpoint
+        self.checkpoint_bytes = checkpoint_bytes(params, state_buffers)
         self.state_buffers = state_buffers
         self._forward_s = forward_s
         self._save_s = save_s
@@ -184,7 +190,7 @@ class EpochEndCosts:
             return self._validation_s(rank)
         save_s = self._save_s(rank, self.values)
         if self.storage_Bps:
-            return max(save_s, self.values * FLOAT32_BYTES / self.storage_Bps)
+            return max(save_s, self.checkpoint_bytes / self.storage_Bps)
         return save_s
 
     def _validation_s(self, rank: int) -> float:
@@ -212,7 +218,7 @@ class EpochEndCosts:
                                  "samples": self.validation_samples, "samples_per_worker": self.share}
         if schedule.checkpoint is not None:
             out["checkpoint"] = {"every_epochs": schedule.checkpoint.every_epochs, "writer_rank": schedule.writer,
-                                 "bytes": self.values * FLOAT32_BYTES, "optimizer_state_buffers": self.state_buffers,
+                                 "bytes": self.checkpoint_bytes, "optimizer_state_buffers": self.state_buffers,
                                  "storage_write_bandwidth_Bps": self.storage_Bps}
         return out
 
