@@ -3,7 +3,10 @@ it (with every batch handed out recorded), and the tiny scenario command-line te
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from simdist.algorithms import ALGORITHMS, AlgorithmContext
 from simdist.platform.op_costs import OpCostModel
@@ -13,6 +16,19 @@ from simdist.recorder import Recorder
 from simdist.runtime.sim import SimWorld
 from simdist.training.data import EpochSharder, ShardIterator
 from simdist.training.workload import build_workload
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as module ``name`` (registered in ``sys.modules``: dataclasses
+    and the scripts' own sibling imports look it up), for testing a benchmark's pure functions."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 TINY_PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers import load_benchmark
+
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "replay_overhead.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("replay_overhead", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("replay_overhead")
 
 
 def test_each_simulator_run_sits_between_two_runs_of_every_naive_loop():

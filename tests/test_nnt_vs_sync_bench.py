@@ -3,7 +3,6 @@ the paper, the ledger means and the report, on tiny hand-made inputs (no simulat
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
@@ -11,15 +10,14 @@ import pytest
 
 from simdist.ledger import LEDGER_COLUMNS
 
+from helpers import load_benchmark
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "nnt_vs_sync.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("nnt_vs_sync", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("nnt_vs_sync")
 
 
 def test_faster_is_level_within_the_tolerance_of_the_slower_epoch(bench):

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "noise_validation.py"
+from helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def nv():
-    spec = importlib.util.spec_from_file_location("noise_validation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["noise_validation"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("noise_validation")
 
 
 def test_steal_budget_is_duty_times_period(nv):

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "predictive_validation.py"
+from helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def pv():
-    spec = importlib.util.spec_from_file_location("predictive_validation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["predictive_validation"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("predictive_validation")
 
 
 def test_defaults_and_options(pv):
