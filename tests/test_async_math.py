@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from simdist.algorithms.async_math import (
     asgd_learning_rate,
     batch_weighted,
+    dbs_per_sample_s,
     dbs_rescale,
+    dbs_resize,
     dbs_speed_ratio,
     shard_bounds,
     softsync_average,
@@ -119,6 +121,22 @@ def test_rescale_scales_the_current_or_the_base_batch():
 def test_rescale_clamps_to_b_min_and_b_max():
     assert dbs_rescale(10, 400, 0.01, threshold=0.1, b_min=4, b_max=1000) == 4
     assert dbs_rescale(900, 400, 3.0, threshold=0.1, b_min=1, b_max=1600) == 1600
+
+
+def test_per_sample_time_is_the_window_s_time_over_its_samples():
+    assert dbs_per_sample_s([(1.0, 100), (3.0, 100)]) == pytest.approx(0.02)
+    assert dbs_per_sample_s([(0.5, 50), (1.5, 100)]) == pytest.approx(2.0 / 150)  # not the mean of the ratios
+    with pytest.raises(ValueError):
+        dbs_per_sample_s([])
+
+
+def test_resize_moves_to_the_target_only_beyond_the_threshold():
+    kwargs = dict(threshold=0.1, b_min=1, b_max=1000)
+    assert dbs_resize(100, 109.9, **kwargs) == 100  # 9.9 % away: kept
+    assert dbs_resize(100, 90.0, **kwargs) == 100  # exactly A away is not beyond it
+    assert dbs_resize(100, 66.7, **kwargs) == 67
+    assert dbs_resize(50, 400.0, threshold=0.1, b_min=1, b_max=200) == 200
+    assert dbs_resize(50, 0.2, threshold=0.1, b_min=2, b_max=200) == 2
 
 
 def test_rescale_rejects_an_unknown_mode():

@@ -2,7 +2,8 @@
 
 * bytes sent = bytes received per (src, dst) rank pair, and per link (a link carries exactly
   the bytes of the pairs whose route crosses it);
-* every sample of every worker's shard is handed out exactly once per epoch;
+* every sample of every worker's shard is handed out exactly once per epoch (with a shared
+  epoch pool, dbs: every sample of the epoch, over all workers together);
 * every gradient a worker computes is applied exactly once (by its own update row, and for
   nnt once by each neighbour) or counted as dropped (faults);
 * versions are monotone per worker; virtual time never decreases (updates, evaluations,
@@ -21,6 +22,7 @@ import simdist.simulate as simulate_module
 from simdist.metrics import steps_table
 from simdist.simulate import Simulation
 from simdist.training.data import LockstepShards, ShardIterator
+from simdist.training.data_pool import PoolSlice
 from test_conformance import EPOCHS, TINY, tiny_scenario
 
 
@@ -45,6 +47,14 @@ def run_recorded(scenario, monkeypatch):
         return batches
 
     monkeypatch.setattr(LockstepShards, "next_batches", logged)
+    pool_batch = PoolSlice.batch
+
+    def pooled(self, sharder, worker):  # dbs: a batch server 0 handed out of the epoch pool
+        batch = pool_batch(self, sharder, worker)
+        recording.log.append(batch)
+        return batch
+
+    monkeypatch.setattr(PoolSlice, "batch", pooled)
     sim = Simulation(scenario, None)
     result = sim.execute()
     return sim, result, recording.log
@@ -88,6 +98,8 @@ def test_bytes_sent_equal_received_per_pair_and_link(recorded):
 
 def test_every_sample_once_per_epoch_per_shard(recorded):
     name, crash, sim, result, batches = recorded
+    if batches and all(batch.from_pool for batch in batches):
+        return check_every_sample_once_per_epoch_of_the_pool(sim, result, crash, batches)
     by_shard: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
     for batch in batches:
         by_shard[(batch.worker, batch.epoch)].append(batch.indices)
@@ -102,6 +114,18 @@ def test_every_sample_once_per_epoch_per_shard(recorded):
             assert set(handed.tolist()) <= set(shard.tolist())
     if result.status == "completed" and not crash:
         assert {e for (_, e) in by_shard} == set(range(EPOCHS))
+
+
+def check_every_sample_once_per_epoch_of_the_pool(sim, result, crash, batches):
+    by_epoch: dict[int, list[np.ndarray]] = defaultdict(list)
+    for batch in batches:
+        by_epoch[batch.epoch].append(batch.indices)
+    for epoch, parts in by_epoch.items():
+        handed = np.concatenate(parts)
+        assert len(np.unique(handed)) == len(handed), epoch  # never twice
+        assert sorted(handed.tolist()) == list(range(sim.sharder.n_samples)), epoch  # every one, whoever took it
+    if result.status == "completed":
+        assert set(by_epoch) == set(range(EPOCHS))
 
 
 def test_every_gradient_applied_once_or_dropped(recorded):

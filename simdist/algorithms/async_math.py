@@ -11,10 +11,13 @@ tensors and on timing-only :class:`~simdist.training.replica.PhantomTensor` s al
   ``w ← w − η·(1/c)·Σ g_j``; with ``staleness_aware`` each ``g_j`` is first divided by
   ``max(1, s_j)``. The sum can be built one gradient at a time as they arrive
   (:func:`softsync_accumulate`, then :func:`softsync_mean`), with the same result.
-* **dbs** (§4): speed ratio ``S = Σ(last m times of worker 0) / Σ(last m times of worker i)``;
-  when ``|1 − S| > A`` the batch becomes ``clamp(round(b·S), b_min, b_max)`` with
-  ``b = b_i`` (``rescale: current``, the default **choice**) or ``b = X`` (``rescale: base``,
-  the paper's wording); with ``weight_by_batch`` a gradient is scaled by ``b_i / X``.
+* **dbs** (§4), ``measure: compute`` (the default): per-sample compute times
+  ``τ = Σ t / Σ b`` over the last m iterations (:func:`dbs_per_sample_s`); the batch becomes
+  ``clamp(round(X·τ_0/τ_i), b_min, b_max)`` unless that is within a relative ``A`` of the
+  current batch (:func:`dbs_resize`). ``measure: iteration``: speed ratio
+  ``S = Σ(last m times of worker 0) / Σ(last m times of worker i)``; when ``|1 − S| > A`` the
+  batch becomes ``clamp(round(b·S), b_min, b_max)`` with ``b = b_i`` (``rescale: current``)
+  or ``b = X`` (``rescale: base``). With ``weight_by_batch`` a gradient is scaled by ``b_i / X``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ __all__ = [
     "batch_weighted",
     "dbs_speed_ratio",
     "dbs_rescale",
+    "dbs_per_sample_s",
+    "dbs_resize",
     "shard_bounds",
 ]
 
@@ -129,6 +134,22 @@ def dbs_rescale(batch_size: int, base_batch_size: int, ratio: float, *, threshol
     else:
         raise ValueError(f"rescale must be 'current' or 'base', got {rescale!r}")
     return int(min(max(round(start * ratio), b_min), b_max))
+
+
+def dbs_per_sample_s(window: Sequence[tuple[float, int]]) -> float:
+    """A worker's compute time per sample over its window of ``(compute_s, samples)``: ``Σ t / Σ b``."""
+    samples = sum(int(b) for _, b in window)
+    if samples <= 0:
+        raise ValueError("a window of compute times must hold at least one sample")
+    return float(sum(t for t, _ in window)) / samples
+
+
+def dbs_resize(batch_size: int, target: float, *, threshold: float, b_min: int, b_max: int) -> int:
+    """The batch ``clamp(round(target), b_min, b_max)``, or ``batch_size`` unchanged when the
+    target is within a relative ``threshold`` of it (``|target / b − 1| ≤ A``)."""
+    if abs(target / batch_size - 1.0) <= threshold:
+        return int(batch_size)
+    return int(min(max(round(target), b_min), b_max))
 
 
 def shard_bounds(numel: int, shards: int) -> list[tuple[int, int]]:

@@ -84,6 +84,7 @@ from pydantic import Field, NonNegativeInt, field_validator, model_validator
 
 from ..errors import InputError, SimulationError
 from ..runtime.base import Runtime
+from ..training.data_pool import EpochPool
 from ..training.replica import Handover, PhantomReplica, Replica, resolved
 from ..units import parse_size
 from .async_math import shard_bounds, staleness
@@ -220,14 +221,16 @@ class BatchPolicy:
         self.batch_size = base_batch_size
 
     def next_batch_size(self, rt: Runtime, reply: dict[str, Any]) -> int:
-        """Called before each step with server 0's latest reply."""
+        """Called before each step with server 0's latest reply: the size of this step's batch (or, drawing
+        from a shared epoch pool, the size this step's push asks for next)."""
         return self.batch_size
 
-    def observe(self, iteration_s: float, full_batch: bool) -> None:
-        """One loop (compute, push, reply) took ``iteration_s``; ``full_batch``: at the requested size."""
+    def observe(self, iteration_s: float, compute_s: float, samples: int) -> None:
+        """One loop (compute, push, reply) took ``iteration_s``, its forward/backward ``compute_s``
+        on ``samples`` samples."""
 
-    def report(self) -> float | None:
-        """What the next push tells the server about this worker (dbs: its last iteration time)."""
+    def report(self) -> Any:
+        """What the next push tells the server about this worker (dbs: its last measurement), or None."""
         return None
 
 
@@ -260,6 +263,7 @@ class ParameterServerAlgorithm(Algorithm):
         self.servers_ = [ServerState(j, rank, start, stop, self._shard_replica(full, start, stop))
                          for j, (rank, (start, stop)) in enumerate(zip(self.server_ranks, bounds))]
         self.buckets = self._plan_buckets(bounds, full.params.element_size()) if config.push == "buckets" else None
+        self.pool = self.make_pool()
 
     def _shard_replica(self, full: Any, start: int, stop: int) -> Any:
         if len(self.server_ranks) == 1:
@@ -278,6 +282,10 @@ class ParameterServerAlgorithm(Algorithm):
 
     def make_policy(self, index: int) -> BatchPolicy:
         return BatchPolicy(self.ctx.batch_size)
+
+    def make_pool(self) -> EpochPool | None:
+        """The shared epoch pool server 0 hands batches out of, or None: each worker walks its own shard."""
+        return None
 
     def combine(self, pending: list[PendingGradient], stalenesses: list[int]) -> tuple[Any, float]:
         """(gradient to apply, learning rate) of one update from its pending gradients."""
@@ -305,6 +313,8 @@ class ParameterServerAlgorithm(Algorithm):
     # -- Algorithm interface ----------------------------------------------------------
 
     def processes(self) -> dict[int, Process]:
+        if self.pool is not None and (self.group_size > 1 or self.reply_after_update):
+            raise SimulationError("a shared epoch pool needs servers that reply to every push right away")
         procs: dict[int, Process] = {rank: self._bind(self._worker, i) for i, rank in enumerate(self.ctx.workers)}
         procs.update({server.rank: self._bind(self._server, server) for server in self.servers_})
         return procs
@@ -315,6 +325,8 @@ class ParameterServerAlgorithm(Algorithm):
         return {self.servers_[0].rank: ShardedParameters([s.replica for s in self.servers_])}
 
     def epochs_completed(self) -> float:
+        if self.pool is not None:
+            return self.pool.epochs_completed
         return sum(d.epochs_completed for d in self.data) / len(self.data)
 
     @staticmethod
@@ -330,26 +342,32 @@ class ParameterServerAlgorithm(Algorithm):
         copy_s = self.ctx.op_seconds(rt.rank, "copy", self.ctx.workload.param_count)
         bucket_s = [self.ctx.op_seconds(rt.rank, "copy", plan.numel) for plan in self.buckets or ()]
         for server in self.servers_:
-            rt.send(server.rank, {"worker": index}, tag=TAG_PULL)
+            rt.send(server.rank, {"worker": index, "want": policy.batch_size}, tag=TAG_PULL)
         replies = yield from self._receive(rt)
         read_s = rt.now()
         while True:
+            if self.pool is not None and replies[0]["batch"] is None:
+                return  # the pool is exhausted: server 0's last reply was an acknowledgement
             yield rt.busy(copy_s, "unpack weights", run=lambda: replica.adopt(self._weights(replies)))
             size = policy.next_batch_size(rt, replies[0])
-            batch = data.next_batch(size)
-            final = data.exhausted
+            if self.pool is None:
+                batch = data.next_batch(size)
+                final = data.exhausted
+            else:  # the batch came with the reply; this push asks for the next one at the new size
+                batch, final = replies[0]["batch"].batch(data.sharder, index), False
             headers = [{"version": reply["version"], "batch_size": batch.size, "read_s": read_s, "final": final,
-                        "report": policy.report()} for reply in replies]
+                        "report": policy.report(), "want": size} for reply in replies]
             computing = rt.compute(replica, batch)
             if self.buckets is None:
-                yield from self._push_whole(rt, computing, headers, copy_s)
+                result = yield from self._push_whole(rt, computing, headers, copy_s)
             else:
-                yield from push_in_buckets(rt, computing, self.buckets, bucket_s, self.servers_, headers, TAG_PUSH)
+                result = yield from push_in_buckets(rt, computing, self.buckets, bucket_s, self.servers_, headers,
+                                                    TAG_PUSH)
             replies = yield from self._receive(rt)
             if final:
                 return
             now = rt.now()
-            policy.observe(now - read_s, batch.size == size)
+            policy.observe(now - read_s, result.end_s - result.start_s, batch.size)
             read_s = now
 
     @staticmethod
@@ -362,6 +380,7 @@ class ParameterServerAlgorithm(Algorithm):
                               run=lambda: [result.grad_later(s.start, s.stop) for s in self.servers_])
         for server, header, grad in zip(self.servers_, headers, grads):
             rt.send(server.rank, {"grad": grad, "loss": result.loss_later(), **header}, tag=TAG_PUSH)
+        return result
 
     def _receive(self, rt: Runtime):
         replies = []
@@ -378,7 +397,7 @@ class ParameterServerAlgorithm(Algorithm):
         while True:
             message = yield rt.recv()
             if message.tag == TAG_PULL:
-                self._reply(rt, server, message.src)
+                self._reply(rt, server, message.src, want=message.payload.get("want"))
                 continue
             if message.tag != TAG_PUSH:
                 raise SimulationError(f"server rank {rt.rank} got a message with tag {message.tag} from rank "
@@ -413,7 +432,7 @@ class ParameterServerAlgorithm(Algorithm):
         if len(server.pending) >= self.group_size or self._no_more_gradients(server):
             yield from self._update(rt, server, seconds)
         if not self.reply_after_update:
-            self._reply(rt, server, src, ack=push["final"])
+            self._reply(rt, server, src, ack=push["final"], want=push.get("want"))
 
     def _no_more_gradients(self, server: ServerState) -> bool:
         """True when every worker has finished or waits for this server's next update."""
@@ -451,7 +470,12 @@ class ParameterServerAlgorithm(Algorithm):
             grad, lr = self.combine(pending, stalenesses)
         server.replica.apply_gradient_fresh(grad, lr=lr)
 
-    def _reply(self, rt: Runtime, server: ServerState, dst: int, *, ack: bool = False) -> None:
-        payload = {"params": None if ack else Handover(server.replica.params), "version": server.version,
-                   **self.reply_extra(server)}
+    def _reply(self, rt: Runtime, server: ServerState, dst: int, *, ack: bool = False, want: int | None = None) -> None:
+        extra = self.reply_extra(server)
+        if self.pool is not None and server.index == 0 and not ack:  # server 0 hands out the worker's next batch
+            extra["batch"] = self.pool.take(want)
+            if extra["batch"] is None:  # nothing left: the worker stops, so no weights
+                ack = True
+                server.finished.add(dst)
+        payload = {"params": None if ack else Handover(server.replica.params), "version": server.version, **extra}
         rt.send(dst, payload, tag=TAG_WEIGHTS)

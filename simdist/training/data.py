@@ -43,14 +43,18 @@ class EpochSharder:
         """Samples per worker per epoch."""
         return self.n_samples // self.n_workers
 
-    def order(self, epoch: int) -> np.ndarray:
-        """The epoch's permutation, truncated to ``shard_size * n_workers`` entries."""
+    def permutation(self, epoch: int) -> np.ndarray:
+        """The epoch's whole permutation of the training set (int64; a shared epoch pool reads all of it)."""
         if epoch not in self._orders:
             if len(self._orders) >= self._CACHED_EPOCHS:
                 del self._orders[min(self._orders)]
             perm = numpy_stream(self.seed, f"data-order/epoch{epoch}").permutation(self.n_samples)
-            self._orders[epoch] = perm[: self.shard_size * self.n_workers].astype(np.int64)
+            self._orders[epoch] = perm.astype(np.int64)
         return self._orders[epoch]
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The epoch's permutation, truncated to ``shard_size * n_workers`` entries."""
+        return self.permutation(epoch)[: self.shard_size * self.n_workers]
 
     def shard(self, epoch: int, worker: int) -> np.ndarray:
         """Sample indices (int64) of ``worker`` in ``epoch``; a read-only view."""
@@ -70,6 +74,7 @@ class Batch:
     epoch: int
     worker: int
     closes_epoch: bool = False  # the last batch of its epoch (epoch-end work follows: simdist.training.epoch_end)
+    from_pool: bool = False  # drawn from a shared epoch pool (simdist.training.data_pool): another worker may close the epoch
 
     @property
     def size(self) -> int:
