@@ -41,7 +41,7 @@ from torch import nn
 
 from .errors import InputError
 from .scenario import Scenario
-from .training.datasets import dataset_shape
+from .training.datasets import dataset_shape, validation_split_size
 from .units import format_bytes, format_time
 
 __all__ = ["WorkEstimate", "estimate_work", "check_work", "refuse_excess_work", "available_memory_bytes", "MAX_WALL_S"]
@@ -207,6 +207,8 @@ def estimate_work(scenario: Scenario) -> WorkEstimate:
     model = _meta_model(scenario, shape.input_shape, shape.classes) if shape else None
     params, flops, activations = model if model else (None, 0.0, 0)
     train = shape.train_samples if shape else None
+    if train is not None:  # the validation split is held out of training
+        train -= validation_split_size(train, scenario.validation_split)
     step_s = _fastest_step_s(scenario, flops, 1) if model else None
     passes, passes_field = _passes(scenario, train, step_s)
     evaluations, eval_samples = _evaluations(scenario, passes, step_s, shape)

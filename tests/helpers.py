@@ -79,7 +79,8 @@ def wire_and_run(s, *, make_data=None):
     """
     platform = Platform(s.platform)
     w = s.workload
-    workload = build_workload(w.model.name, w.model.options, w.dataset.name, w.dataset.options, w.optimizer, s.seed)
+    workload = build_workload(w.model.name, w.model.options, w.dataset.name, w.dataset.options, w.optimizer, s.seed,
+                              validation_split=s.validation_split)
     compute = ComputeModel(platform, load_profiles(s.compute.profiles), model=workload.model_name,
                            forward_flops_per_sample=workload.forward_flops_per_sample, parameter_layers=2, seed=s.seed)
 

@@ -19,6 +19,7 @@ from simdist.metrics import steps_table
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 from simdist.training.data import EpochSharder
+from simdist.training.datasets import validation_split_size
 
 PROFILE = str(Path(__file__).parent / "data" / "tiny_profile.yaml")
 EPOCHS = 2
@@ -80,7 +81,8 @@ def test_is_deterministic(runs):
 
 def test_every_sample_is_used_once_per_epoch(runs):
     scenario, result, _ = runs
-    shard = EpochSharder(240, scenario.worker_count, scenario.seed).shard_size  # 300 samples, 20 % test
+    train = 240 - validation_split_size(240, scenario.validation_split)  # 300 samples, 20 % test, the split held out
+    shard = EpochSharder(train, scenario.worker_count, scenario.seed).shard_size
     assert int(steps_table(result)["batch_size"].sum()) == EPOCHS * shard * scenario.worker_count
 
 

@@ -129,6 +129,21 @@ def test_a_batch_without_closes_epoch_owes_nothing():
     assert schedule.at_finish(0) == []
 
 
+def test_a_pool_worker_owes_an_epoch_s_work_when_its_next_batch_is_from_a_later_epoch():
+    """With a shared epoch pool (dbs) another worker may take an epoch's closing batch: a worker has
+    left the epoch when its next batch comes from a later one, and at its end the last epoch is done."""
+    schedule = EpochEndSchedule(ValidationConfig(), CheckpointConfig(), [0, 1])
+    pooled = [Batch(np.arange(4), epoch, 1, closes_epoch=False, from_pool=True) for epoch in (0, 0, 1, 1)]
+    owed = [schedule.before_batch(1, b) for b in pooled]
+    assert owed == [[], [], [EpochEndTask("validation", 0)], []]  # only worker 0 checkpoints
+    assert schedule.at_finish(1) == [EpochEndTask("validation", 1)]
+    assert schedule.at_finish(1) == []
+    closing = EpochEndSchedule(ValidationConfig(), None, [0])  # it took the closing batch itself: owed once
+    closing.before_batch(0, Batch(np.arange(4), 0, 0, closes_epoch=True, from_pool=True))
+    assert closing.before_batch(0, Batch(np.arange(4), 1, 0, from_pool=True)) == [EpochEndTask("validation", 0)]
+    assert closing.at_finish(0) == [EpochEndTask("validation", 1)]
+
+
 def test_checkpoint_size_counts_the_optimizer_s_buffers():
     assert [optimizer_state_buffers("sgd", 0.0), optimizer_state_buffers("sgd", 0.9),
             optimizer_state_buffers("adam", 0.0)] == [0, 1, 2]

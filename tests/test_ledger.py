@@ -117,19 +117,33 @@ def test_timing_only_charges_what_replay_charges(algorithm):
     assert timing.to_dict() == pytest.approx(replay.to_dict(), rel=1e-9, abs=1e-15)
 
 
-def test_a_shape_only_dataset_declares_its_evaluation_set_and_pays_for_it():
+def shape_only_scenario(algorithm: dict, **workload):
     from simdist.scenario import scenario_from_dict
 
-    scenario = scenario_from_dict({
+    return scenario_from_dict({
         "platform": {"preset": "laptop-cpu", "node": {"devices": 3}},
         "workload": {"model": {"name": "mlp", "hidden": [16]}, "timing_only": True,
-                     "dataset": {"name": "imagenet-shape", "samples": 96, "input_shape": [8], "test_samples": 500}},
-        "algorithm": {"name": "nnt", "topology": "ring"}, "stop": {"epochs": 1},
+                     "dataset": {"name": "imagenet-shape", "samples": 96, "input_shape": [8], "test_samples": 500},
+                     **workload},
+        "algorithm": algorithm, "stop": {"epochs": 1},
         "compute": {"profiles": [str(__import__("pathlib").Path(__file__).parent / "data" / "tiny_profile.yaml")]}})
-    result = simulate(scenario)
-    evaluations = [s for s in result.recorder.spans if s.name == "nnt evaluation"]
+
+
+def test_a_shape_only_dataset_declares_its_held_out_sets_and_pays_for_them():
+    """nnt chooses its best worker on the validation split (10 % of 96 training samples by default:
+    10); a job's validation pass without a split reads the declared test set (500 samples, each worker
+    ceil(500 / 3) of them, loaded and forwarded)."""
+    nnt = simulate(shape_only_scenario({"name": "nnt", "topology": "ring"}))
+    evaluations = [s for s in nnt.recorder.spans if s.name == "nnt evaluation"]
     assert len(evaluations) == 3 and all(s.duration_s > 0 for s in evaluations)
-    assert evaluations[0].duration_s == pytest.approx(simulate_forward_s(result, 500), rel=1e-9)
+    assert evaluations[0].duration_s == pytest.approx(simulate_forward_s(nnt, 10), rel=1e-9)
+    def validation_s(samples):
+        sync = simulate(shape_only_scenario({"name": "sync"}, validation={"samples": samples}))
+        passes = [s.duration_s for s in sync.recorder.spans if s.name == "eval: validation pass"]
+        assert len(passes) == 3  # every worker, once
+        return passes[0]
+
+    assert validation_s(None) == validation_s(500) > validation_s(250)
 
 
 def simulate_forward_s(result, samples: int) -> float:

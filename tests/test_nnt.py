@@ -48,14 +48,17 @@ from conftest import build_platform
 PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
 
 
-def scenario(*, workers=5, epochs=2, batch=16, timing_only=False, eval_samples=None, **algorithm):
+def scenario(*, workers=5, epochs=2, batch=16, timing_only=False, eval_samples=None, validation_split=0.2,
+             **algorithm):
+    """625 synthetic samples: 125 test, 100 held out for validation (0.2), 400 to train on."""
     data = {
         "name": "nnt-test",
         "seed": 11,
         "platform": {"preset": "laptop-cpu", "node": {"devices": workers}},
         "workload": {
             "model": {"name": "mlp", "hidden": [16]},
-            "dataset": {"name": "synthetic", "samples": 500, "features": 8, "classes": 3},
+            "dataset": {"name": "synthetic", "samples": 625, "features": 8, "classes": 3},
+            "validation_split": validation_split,
             "batch_size": batch,
             "optimizer": {"name": "sgd", "lr": 0.1},
             "timing_only": timing_only,
@@ -167,9 +170,9 @@ def test_after_an_epoch_sync_all_replicas_are_identical():
     assert sorted(Counter(e["epoch"] for e in syncs).items()) == [(1, 4), (2, 4)]
     for epoch in (1, 2):
         rows = [e for e in syncs if e["epoch"] == epoch]
-        best = max(rows, key=lambda e: (e["test_accuracy"], -e["worker"]))
+        best = max(rows, key=lambda e: (e["validation_accuracy"], -e["worker"]))
         assert {e["best_worker"] for e in rows} == {best["worker"]}
-        assert {e["best_accuracy"] for e in rows} == {best["test_accuracy"]}
+        assert {e["best_accuracy"] for e in rows} == {best["validation_accuracy"]}
     # without a sync at the end (every 2 epochs, 3 run) the replicas have drifted apart again
     algorithm, _ = run_by_hand(scenario(workers=4, epochs=3, sync_every_epochs=2))
     assert not torch.equal(algorithm.replicas[0].params, algorithm.replicas[1].params)
@@ -185,7 +188,7 @@ def test_every_epoch_sync_evaluation_costs_a_forward_pass_over_the_evaluated_sam
     forward = (t0_s + 1e-5 * samples) / 3
     assert all(span.kind == "compute" and span.end_s - span.start_s == pytest.approx(forward) for span in evaluations)
     syncs = [e for e in result.recorder.events if e["kind"] == "nnt_sync"]
-    assert all(e["test_accuracy"] is not None for e in syncs) and len(syncs) == 8
+    assert all(e["validation_accuracy"] is not None for e in syncs) and len(syncs) == 8
 
 
 def test_runs_are_deterministic_and_every_replica_is_evaluated():
@@ -239,8 +242,8 @@ def test_information_from_worker_zero_travels_hop_by_hop(topology, n):
     world = SimWorld(platform, compute, Recorder(), gradient_source=taint_gradients)
     optimizer = make_optimizer(OptimizerConfig(lr=1.0))
     workload = SimpleNamespace(optimizer_config=optimizer.config, param_count=n,
-                               test_metrics=lambda p, max_samples=None: (0.0, 0.5),
-                               test_samples=lambda max_samples=None: 0)
+                               validation_size=1, validation_metrics=lambda p, max_samples=None: (0.0, 0.5),
+                               validation_samples=lambda max_samples=None: 0)
     sharder = EpochSharder(n * steps, n, seed=0)
     ctx = AlgorithmContext(workers=list(range(n)), node_of=platform.node_of, workload=workload, batch_size=1, seed=0,
                            max_epochs=1, timing_only=False, make_data=lambda i: ShardIterator(sharder, i, 1),

@@ -95,7 +95,7 @@ def test_nnt_three_ranks_times_its_epoch_sync_evaluations_as_compute(tmp_path):
     assert all(e["cat"] == "compute" and e["args"]["samples"] == 100 and e["args"]["inference_cpu_s"] > 0
                for e in evaluations)
     syncs = pd.read_csv(out / "events.csv").query("kind == 'nnt_sync'")
-    assert len(syncs) == 6 and syncs["test_accuracy"].notna().all()
+    assert len(syncs) == 6 and syncs["validation_accuracy"].notna().all()
     assert len(compute_cpu(out)) == len(load_result_dir(out).steps.query("source == 'own'"))  # fits see fwd/bwd only
 
 

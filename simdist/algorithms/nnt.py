@@ -14,14 +14,18 @@ N). Data is reshuffled and repartitioned every epoch by the shared epoch sharder
 Every ``sync_every_epochs`` epochs (default 1), at the end of the epoch: each worker waits
 until its own sends are delivered, all meet at a barrier (so every gradient sent is then in
 its receiver's mailbox) and apply what is still waiting; each worker measures its replica's
-test accuracy (``workload.test_metrics`` on ``evaluation.max_samples`` test samples; this
-evaluation is part of the protocol and costs a forward pass over those samples,
-``rt.inference``; the scenario's monitoring evaluations cost nothing), an
-allgather shares the accuracies, and the best worker (lowest index on ties) broadcasts its
-weights, which every replica loads. Barrier, allgather and broadcast are timed collectives.
-A run that ends between syncs ends with the same drain (wait, barrier, apply) so every
-gradient reaches each neighbour exactly once. Timing-only runs have no accuracy: worker 0's
-weights are broadcast.
+accuracy on the validation split (``workload.validation_metrics`` on at most
+``evaluation.max_samples`` of the samples ``workload.validation_split`` holds out of the
+training set; default split 0.1 for nnt, :attr:`NntConfig.default_validation_split`; an explicit
+0 is refused: choosing on the test set would bias the test accuracy the run reports). This
+evaluation is part of the protocol and costs a forward pass over those samples
+(``rt.inference``); the scenario's monitoring evaluations (test set, ``evals.csv``) cost nothing
+and steer nothing. An allgather shares the accuracies, and the best worker (lowest index on
+ties) broadcasts its weights, which every replica loads. Barrier, allgather and broadcast are
+timed collectives. A run that ends between syncs ends with the same drain (wait, barrier,
+apply) so every gradient reaches each neighbour exactly once. Timing-only runs have no
+accuracy (their training loss follows ``workload.loss_curve``): worker 0's weights are
+broadcast, after the same evaluation cost.
 
 Options (:class:`NntConfig`): ``topology`` (ring | grid, default ring), ``grid_shape``
 (rows, cols; default the most square factorisation), ``sync_every_epochs`` (1),
@@ -45,7 +49,8 @@ seconds from the end of the sender's compute to the application; ``sender``, ``s
 ``batch_size`` is 0, because those samples are counted in the sender's own row (so samples
 and throughput are not counted three or five times). The summary's staleness figures are
 therefore those of the neighbours' gradients alone. In lock-step, information
-spreads one hop per two local steps. Epoch syncs are ``nnt_sync`` events.
+spreads one hop per two local steps. Epoch syncs are ``nnt_sync`` events (``worker``, ``epoch``,
+``validation_accuracy``, ``best_worker``, ``best_accuracy``: the best validation accuracy).
 """
 
 from __future__ import annotations
@@ -53,11 +58,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from ..config import FROM_LIST
+from ..errors import InputError
 from ..runtime.base import Runtime
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .nnt_topology import Layout, make_layout
@@ -71,6 +77,8 @@ class NntConfig(AlgorithmConfig):
     """Options of Nearest-Neighbours Training."""
 
     name: Literal["nnt"] = "nnt"
+    # workload.validation_split where the scenario leaves it null: the best worker is chosen on it
+    default_validation_split: ClassVar[float] = 0.1
     topology: Literal["ring", "grid"] = Field("ring", description="ring (2 neighbours, >= 3 workers) or grid "
                                                                   "(2-D torus, 4 neighbours, >= 3x3 workers)")
     grid_shape: Annotated[tuple[int, int], FROM_LIST] | None = Field(
@@ -89,8 +97,12 @@ class NntConfig(AlgorithmConfig):
         return self
 
     def check_scenario(self, scenario: Any) -> None:
-        """A ring needs >= 3 workers, a grid >= 3x3 (InputError naming workers or the algorithm field)."""
+        """A ring needs >= 3 workers, a grid >= 3x3 (InputError naming workers or the algorithm field);
+        the best worker is chosen on a validation split, so ``workload.validation_split`` may not be 0."""
         make_layout(self.topology, scenario.worker_count, self.grid_shape)
+        if scenario.workload.validation_split == 0:
+            raise InputError("nnt chooses its best worker on the validation split; give a fraction in (0, 0.5) "
+                             f"(or leave it out: {self.default_validation_split})", field="workload.validation_split")
 
 
 def sgd_step(params: Any, grad: Any, lr: float) -> None:
@@ -128,6 +140,9 @@ class Nnt(PeerAlgorithm):
         self.lr = ctx.workload.optimizer_config.lr
         per_param = config.update_time_per_param
         self.update_s = None if per_param is None else per_param * ctx.workload.param_count
+        if ctx.workload.validation_size == 0:
+            raise InputError("nnt chooses its best worker on the validation split, and the workload holds none out",
+                             field="workload.validation_split")
 
     def _update_s(self, rank: int) -> float:
         """Time charged for applying one gradient on ``rank`` (see ``update_time_per_param``)."""
@@ -199,15 +214,16 @@ class Nnt(PeerAlgorithm):
         yield from self._apply_waiting(rt, replica, state)
 
     def _evaluate(self, rt: Runtime, replica: Any):
-        """The replica's test accuracy (None for timing-only runs); costs a forward pass over the test samples."""
+        """The replica's validation accuracy (None for timing-only runs); costs a forward pass over the
+        validation samples evaluated (at most ``evaluation.max_samples``)."""
         ctx = self.ctx
-        samples = ctx.workload.test_samples(ctx.eval_max_samples)
-        run = None if ctx.timing_only else (lambda: ctx.workload.test_metrics(replica.params,
-                                                                              max_samples=ctx.eval_max_samples)[1])
+        samples = ctx.workload.validation_samples(ctx.eval_max_samples)
+        run = None if ctx.timing_only else (
+            lambda: ctx.workload.validation_metrics(replica.params, max_samples=ctx.eval_max_samples)[1])
         return (yield rt.inference(samples, run, "nnt evaluation"))
 
     def _epoch_sync(self, rt: Runtime, replica: Any, group: Any, state: _WorkerState, epoch: int):
-        """Evaluate every replica, share the accuracies, restart from the best."""
+        """Evaluate every replica on the validation split, share the accuracies, restart from the best."""
         yield from self._drain(rt, replica, group, state)
         accuracy = yield from self._evaluate(rt, replica)
         accuracies = yield rt.allgather(group, math.nan if accuracy is None else float(accuracy))
@@ -215,5 +231,5 @@ class Nnt(PeerAlgorithm):
         best_rank = self.ctx.workers[best]
         params = yield rt.broadcast(group, replica.params, root=best_rank)
         replica.load(params)
-        rt.record("nnt_sync", worker=rt.rank, epoch=epoch, test_accuracy=accuracy, best_worker=best_rank,
+        rt.record("nnt_sync", worker=rt.rank, epoch=epoch, validation_accuracy=accuracy, best_worker=best_rank,
                   best_accuracy=None if math.isnan(accuracies[best]) else accuracies[best])

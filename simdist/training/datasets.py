@@ -4,10 +4,17 @@ A dataset registers by name in :data:`DATASETS` with a frozen pydantic config; i
 ``factory(seed, config)`` returns a :class:`Dataset` of float32 features standardised with
 the training split's statistics and int64 labels. Everything random (the mixture, the
 train/test split) comes from named streams of the run seed, so a seed fixes the data.
+
+A run may hold out a **validation split** of the training set (``workload.validation_split``,
+:func:`hold_out_validation`): an algorithm that chooses between replicas (NNT's best worker)
+chooses on it, so the test set stays an outcome only. The held-out samples come from the
+stream ``"validation-split"`` and leave the training set the sharder divides.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Annotated, Callable
 
@@ -16,11 +23,13 @@ import torch
 from pydantic import BaseModel, Field, ValidationError
 
 from ..config import FROM_LIST, USER_CONFIG
+from ..errors import InputError
 from ..registry import Registry
 from ..seeding import numpy_stream
 
 __all__ = ["DATASETS", "Dataset", "DatasetShape", "dataset_shape", "build_dataset", "SyntheticConfig", "DigitsConfig", "ShapeOnlyConfig",
-           "IMAGENET_DECODE_PER_IMAGE_S", "IMAGENET_DECODE_SOURCE"]
+           "IMAGENET_DECODE_PER_IMAGE_S", "IMAGENET_DECODE_SOURCE", "HeldOut", "VALIDATION_STREAM",
+           "validation_split_size", "hold_out_validation"]
 
 DATASETS: Registry[Callable[[int, object], "Dataset"]] = Registry("dataset")
 
@@ -179,6 +188,61 @@ def _versions(dataset: Dataset) -> tuple[int, ...]:
     return tuple(t._version for t in (dataset.train_x, dataset.train_y, dataset.test_x, dataset.test_y))
 
 
+# -- the validation split ----------------------------------------------------------------
+
+VALIDATION_STREAM = "validation-split"  # the named stream (simdist.seeding) that picks the held-out samples
+VALIDATION_FIELD = "workload.validation_split"
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Training samples held out for validation: features (empty for a shape-only dataset) and labels."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.y.shape[0])
+
+
+def validation_split_size(train_samples: int, fraction: float, workers: int | None = None) -> int:
+    """Samples a split of ``fraction`` holds out of ``train_samples``: ``fraction × train_samples``
+    rounded half up. An :class:`InputError` naming ``workload.validation_split`` where a positive
+    fraction holds out no sample, or (``workers`` given) leaves fewer training samples than workers."""
+    held = int(math.floor(fraction * train_samples + 0.5))
+    if fraction > 0 and held == 0:
+        raise InputError(f"{fraction:g} of {train_samples} training samples holds out no sample; give at least "
+                         f"{0.5 / train_samples:.3g} (or 0: no split)", field=VALIDATION_FIELD)
+    if workers is not None and held > 0 and train_samples - held < workers:
+        raise InputError(f"{fraction:g} holds out {held} of {train_samples} training samples, leaving "
+                         f"{train_samples - held} for {workers} workers; give a smaller fraction",
+                         field=VALIDATION_FIELD)
+    return held
+
+
+def hold_out_validation(dataset: Dataset, fraction: float, seed: int) -> tuple[Dataset, HeldOut]:
+    """``dataset`` without its validation split, and the split: ``validation_split_size`` training
+    samples drawn without replacement from stream ``"validation-split"`` of ``seed``.
+
+    Both parts keep the training set's order. A shape-only dataset holds labels only, so only the
+    counts change. Features stay standardised with the whole training set's statistics (as the
+    dataset was built; an unsupervised per-feature mean and standard deviation, no labels).
+    """
+    held = validation_split_size(dataset.train_size, fraction)
+    if held == 0:
+        return dataset, HeldOut(dataset.test_x[:0], dataset.test_y[:0])
+    if dataset.shape_only:
+        kept = dataset.train_size - held
+        return (dataclasses.replace(dataset, train_y=dataset.train_y[:kept]),
+                HeldOut(dataset.train_x[:0], dataset.train_y[:held].clone()))
+    order = numpy_stream(seed, VALIDATION_STREAM).permutation(dataset.train_size)
+    validation = torch.from_numpy(np.sort(order[:held]))
+    train = torch.from_numpy(np.sort(order[held:]))
+    return (dataclasses.replace(dataset, train_x=dataset.train_x[train], train_y=dataset.train_y[train]),
+            HeldOut(dataset.train_x[validation], dataset.train_y[validation]))
+
+
 @DATASETS.register(
     "synthetic",
     "Seeded Gaussian-mixture classification: each class is one or more unit-variance Gaussian "
@@ -223,8 +287,9 @@ class ShapeOnlyConfig(BaseModel):
         (3, 224, 224), min_length=1, max_length=8, description="Shape of one sample. Default (3, 224, 224).")
     classes: int = Field(1000, ge=2, le=2**20, description="Number of classes. Default 1000.")
     test_samples: int = Field(50_000, ge=0, le=2**40, description=(
-        "Samples of the evaluation set: an algorithm's own evaluation (NNT's) costs a forward pass over them, as "
-        "in replay. Default: ImageNet-1k's 50,000 validation images."))
+        "Samples of the test set: the epoch-end validation pass (workload.validation) costs a forward pass over "
+        "them where no validation split is held out (workload.validation_split; NNT's evaluation costs one over "
+        "the split), as in replay. Default: ImageNet-1k's 50,000 validation images."))
 
     def shape(self) -> DatasetShape:
         return DatasetShape(self.samples, tuple(self.input_shape), self.classes, 0.0, holds_values=False)

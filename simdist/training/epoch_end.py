@@ -35,7 +35,8 @@ servers' shards are the same bytes, but a server's own write is not modelled.
   so the slower of the two sets the time.
 
 A real run (:mod:`simdist.real.runtime`) does the same work for real under the same span
-names: the forward pass over the rank's share of the test set, and ``torch.save`` of the
+names: the forward pass over the rank's share of the held-out set (the validation split where
+``workload.validation_split`` holds one out, else the test set), and ``torch.save`` of the
 replica's parameters and optimizer state into a temporary file, deleted afterwards.
 """
 
@@ -66,8 +67,8 @@ class ValidationConfig(BaseModel):
     model_config = USER_CONFIG
     every_epochs: int = Field(1, ge=1, le=10_000, description="validate after every this many epochs (default 1)")
     samples: int | None = Field(None, ge=1, le=2**40, description=(
-        "samples in the validation set, split over the workers; default: the dataset's test set "
-        "(imagenet-shape: 50,000)"))
+        "samples in the validation set, split over the workers; default: the whole validation split "
+        "(workload.validation_split) where there is one, else the dataset's test set (imagenet-shape: 50,000)"))
 
 
 class CheckpointConfig(BaseModel):
@@ -99,12 +100,23 @@ class EpochEndSchedule:
         self.workers = frozenset(int(w) for w in workers)
         self.writer = int(workers[0]) if len(workers) else None
         self._ended: dict[int, int] = {}  # rank -> the epoch it finished and has not yet done the work for
+        self._last_epoch: dict[int, int] = {}  # rank -> the epoch of the latest batch it computed
+        self._noted: dict[int, int] = {}  # rank -> the latest epoch whose end it has been charged for or owes
+        self._pooled: set[int] = set()  # ranks drawing from a shared epoch pool
 
     def before_batch(self, rank: int, batch: Any) -> list[EpochEndTask]:
-        """The work ``rank`` owes before computing ``batch``; notes whether ``batch`` closes an epoch."""
+        """The work ``rank`` owes before computing ``batch``; notes whether ``batch`` closes an epoch.
+
+        A rank has finished an epoch when it computes the epoch's closing batch, or, drawing from
+        a shared epoch pool (:mod:`simdist.training.data_pool`) where another rank took the
+        closing batch, when its next batch comes from a later epoch."""
+        if rank in self.workers and hasattr(batch, "epoch"):
+            self._note_epoch_left(rank, int(batch.epoch))
+            if getattr(batch, "from_pool", False):
+                self._pooled.add(rank)
         owed = self._take(rank)
         if getattr(batch, "closes_epoch", False) and rank in self.workers:
-            self._ended[rank] = int(batch.epoch)
+            self._note_end(rank, int(batch.epoch))
         return owed
 
     def owes_nothing_before(self, batch: Any) -> bool:
@@ -113,8 +125,23 @@ class EpochEndSchedule:
         return not self._ended and not getattr(batch, "closes_epoch", False)
 
     def at_finish(self, rank: int) -> list[EpochEndTask]:
-        """The work ``rank`` owes when its process ends (after its last epoch)."""
+        """The work ``rank`` owes when its process ends (after its last epoch: its data is exhausted)."""
+        if rank in self._pooled:  # its data is exhausted, so the pool's last epoch has ended
+            self._pooled.discard(rank)
+            last = self._last_epoch[rank]
+            if self._noted.get(rank, -1) < last:
+                self._note_end(rank, last)
         return self._take(rank)
+
+    def _note_epoch_left(self, rank: int, epoch: int) -> None:
+        last = self._last_epoch.get(rank)
+        if last is not None and epoch > last and self._noted.get(rank, -1) < last:
+            self._note_end(rank, last)
+        self._last_epoch[rank] = max(epoch, last if last is not None else epoch)
+
+    def _note_end(self, rank: int, epoch: int) -> None:
+        self._ended[rank] = epoch
+        self._noted[rank] = epoch
 
     def _take(self, rank: int) -> list[EpochEndTask]:
         epoch = self._ended.pop(rank, None)
@@ -225,19 +252,21 @@ class EpochEndCosts:
 
 def run_validation(workload: Any, params: torch.Tensor, worker_index: int, workers: int,
                    samples: int | None) -> tuple[float, float]:
-    """A real run's validation pass: worker ``worker_index``'s share of the first ``samples`` test
-    samples (all by default), evaluated on ``params``; returns (loss, accuracy) on that share.
+    """A real run's validation pass: worker ``worker_index``'s share of the first ``samples``
+    held-out samples (all by default), evaluated on ``params``; returns (loss, accuracy) on that
+    share. The held-out set is the workload's validation split where it has one
+    (``workload.validation_split``), else the test set (:meth:`~.workload.Workload.held_out`).
 
     Every worker evaluates ``ceil(samples / workers)`` samples: as ``DistributedSampler`` does, the
     last shares wrap around to the first samples, so each worker does the work the simulator charges.
     """
-    total = workload.test_samples(samples)
+    x, y = workload.held_out()
+    total = len(y) if samples is None else min(samples, len(y))
     if total == 0:
         return float("nan"), float("nan")
     share = math.ceil(total / max(1, workers))
     index = torch.arange(worker_index * share, (worker_index + 1) * share) % total
-    dataset = workload.dataset
-    return workload.evaluator.evaluate(params, dataset.test_x[index], dataset.test_y[index])
+    return workload.evaluator.evaluate(params, x[index], y[index])
 
 
 def write_checkpoint(params: torch.Tensor, optimizer_state: dict) -> int:

@@ -4,9 +4,12 @@
 into a :class:`Workload`, validating the options with the registered config classes and
 naming the offending field (``workload.model.hidden``). The workload is what runtimes and
 algorithms touch for the training math: the initial parameters every worker starts from,
-replicas, mini-batch tensors, batched gradients (:attr:`Workload.pending`) and test
-metrics. It also carries what timing-only mode and the compute model need: parameter
-count, per-layer layout and forward FLOPs.
+replicas, mini-batch tensors, batched gradients (:attr:`Workload.pending`), test
+metrics and, where the scenario holds one out (``workload.validation_split``), the
+validation split's metrics: an algorithm that chooses between replicas chooses on the
+validation split, so the test accuracy a run reports is an outcome only. It also carries
+what timing-only mode and the compute model need: parameter count, per-layer layout and
+forward FLOPs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..config import describe_validation_error
 from ..errors import InputError
 from ..seeding import derive_seed
 from .data import Batch, EpochSharder
-from .datasets import DATASETS, Dataset, build_dataset
+from .datasets import DATASETS, Dataset, HeldOut, build_dataset, hold_out_validation
 from .gradients import GradientEvaluator, PendingGradients
 from .models import MODELS, LayerInfo, ModelInfo, load_import_model, model_info
 from .optim import OptimizerConfig, make_optimizer
@@ -40,10 +43,12 @@ class Workload:
     """
 
     def __init__(self, model_name: str, model_config: Any, dataset: Dataset, module: nn.Module,
-                 info: ModelInfo, evaluator: GradientEvaluator, optimizer_config: OptimizerConfig, seed: int):
+                 info: ModelInfo, evaluator: GradientEvaluator, optimizer_config: OptimizerConfig, seed: int,
+                 validation: HeldOut | None = None):
         self.model_name = model_name
         self.model_config = model_config
-        self.dataset = dataset
+        self.dataset = dataset  # its training set is what remains after the validation split
+        self.validation = validation if validation is not None else HeldOut(dataset.test_x[:0], dataset.test_y[:0])
         self.module = module
         self.info = info
         self.evaluator = evaluator
@@ -107,6 +112,34 @@ class Workload:
         n = self.test_samples(max_samples)
         return self.evaluator.evaluate(params, self.dataset.test_x[:n], self.dataset.test_y[:n])
 
+    @property
+    def validation_size(self) -> int:
+        """Samples in the validation split (0: none held out)."""
+        return self.validation.size
+
+    def validation_samples(self, max_samples: int | None = None) -> int:
+        """How many validation samples an evaluation with ``max_samples`` uses (all by default)."""
+        return self.validation.size if max_samples is None else min(max_samples, self.validation.size)
+
+    def validation_metrics(self, params: torch.Tensor, max_samples: int | None = None) -> tuple[float, float]:
+        """(mean loss, accuracy) of ``params`` on the first ``max_samples`` validation samples (default all)."""
+        n = self.validation_samples(max_samples)
+        if n == 0:
+            raise ValueError("the workload holds out no validation split (workload.validation_split)")
+        return self.evaluator.evaluate(params, self.validation.x[:n], self.validation.y[:n])
+
+    def held_out(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features and labels a job's validation pass evaluates: the validation split if there is
+        one, else the test set (features are empty for a shape-only dataset)."""
+        if self.validation.size:
+            return self.validation.x, self.validation.y
+        return self.dataset.test_x, self.dataset.test_y
+
+    @property
+    def held_out_size(self) -> int:
+        """Samples of :meth:`held_out`."""
+        return int(self.held_out()[1].shape[0])
+
 
 def _validated(config_cls: type[pydantic.BaseModel], options: dict | None, field: str) -> pydantic.BaseModel:
     """``config_cls(**options)`` or an :class:`InputError` naming the first bad field."""
@@ -161,16 +194,19 @@ def check_workload_options(model: str, model_options: dict | None, dataset: str,
 
 
 def build_workload(model: str, model_options: dict | None, dataset: str, dataset_options: dict | None,
-                   optimizer: OptimizerConfig, seed: int, allow_import: bool = False) -> Workload:
+                   optimizer: OptimizerConfig, seed: int, allow_import: bool = False,
+                   validation_split: float = 0.0) -> Workload:
     """Build the workload a scenario names; the model's initial weights come from stream "model-init".
 
     ``model`` is a registered name or, with ``allow_import``, ``"package.module:factory"``
     called as ``factory(input_shape=..., num_classes=..., **model_options)``.
+    ``validation_split``: the fraction of the training set held out for validation
+    (:func:`~.datasets.hold_out_validation`; 0: none).
     """
     _, data_config = _entry_and_config(DATASETS, dataset, dataset_options, "workload.dataset")
-    data = build_dataset(dataset, seed, data_config)
+    data, validation = hold_out_validation(build_dataset(dataset, seed, data_config), validation_split, seed)
     with torch.random.fork_rng(devices=[]):  # module init draws from torch's global generator
         torch.manual_seed(derive_seed(seed, "model-init"))
         module, config = _build_module(model, model_options, data, allow_import)
     info = model_info(module, data.input_shape)
-    return Workload(model, config, data, module, info, GradientEvaluator(module, info), optimizer, seed)
+    return Workload(model, config, data, module, info, GradientEvaluator(module, info), optimizer, seed, validation)
