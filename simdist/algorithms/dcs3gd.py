@@ -23,7 +23,8 @@ follows the same factor), ``collective`` (default: the scenario's ``network.coll
 ``update_time_per_param`` (seconds per parameter charged for each update; default: the
 compute profiles are measured with the optimizer step included, as sync's are, and each
 update adds its own elementwise passes — the distance to the average (an ``update``-shaped
-pass: read two buffers, write one) and the delay compensation (``compensate``) — charged at
+pass: read two buffers, write one) and the delay compensation (``compensate``, not with
+``lambda0: 0``, where the math skips it) — charged at
 the device's measured or estimated op costs (:mod:`simdist.platform.op_costs`); the final
 merge is one ``update`` pass).
 
@@ -106,7 +107,8 @@ class Dcs3gd(PeerAlgorithm):
         if self.update_s is not None:
             return self.update_s
         params, op = self.ctx.workload.param_count, self.ctx.op_seconds
-        return op(rank, "update", params) + (0.0 if final else op(rank, "compensate", params))
+        compensates = not final and self.config.lambda0 > 0  # λ0 = 0: the math skips the pass
+        return op(rank, "update", params) + (op(rank, "compensate", params) if compensates else 0.0)
 
     def _decay_iterations(self) -> int | None:
         config, ctx = self.config, self.ctx
