@@ -306,7 +306,8 @@ class GradientEvaluator:
 
         handles = [layer.module.register_forward_hook(keep(j)) for j, layer in enumerate(self._fast_layers)]
         try:
-            per_sample = self._loss(self.module(torch.cat(xs)), torch.cat(ys), reduction="none")
+            logits = self.module(torch.cat(xs))
+            per_sample = self._loss(logits, torch.cat(ys), reduction="none")
         finally:
             for handle in handles:
                 handle.remove()
@@ -319,7 +320,9 @@ class GradientEvaluator:
         out = torch.empty(k, self.info.param_count)  # every slice is written below
         for j, delta in zip(order, deltas):
             layer_grads(self._fast_layers[j], captured[j][0].detach(), delta, k, out)
-        return out, per_sample.detach().view(k, b).mean(1).tolist()
+        with torch.no_grad():  # each request's loss reduced over its own rows, as a single evaluation does
+            losses = [float(self._loss(rows, y)) for rows, y in zip(logits.split(b), ys)]
+        return out, losses
 
     def _vmapped(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
         """``vmap`` of grad over requests at one ``params``; None (and never again) if it cannot be vmapped."""
