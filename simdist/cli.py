@@ -9,6 +9,8 @@
     simdist report SWEEP_DIR [--out reports]
     simdist list algorithms|platforms|models|datasets|collectives|links|devices|network-models
     simdist schema
+    simdist examples [copy NAME [DEST]]
+    simdist --version
 
 Bad input (scenario, platform, profile, argument) prints one line naming the file, the field
 and what is allowed, and exits with status 2; nothing already written is lost.
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from . import __version__
 from .errors import InputError
 from .outdir import default_out_dir
 
@@ -57,6 +60,7 @@ LIST_KINDS = ("algorithms", "platforms", "models", "datasets", "collectives", "l
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="simdist", description="Discrete-event simulator of data-parallel neural-network training.")
+    parser.add_argument("--version", action="version", version=f"simdist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="simulate a scenario and write its result directory")
@@ -93,12 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the JSON Schema of scenario files")
 
     from .calibrate.cli import add_calibrate_parser
+    from .examples import add_examples_parser
     from .real.cli import add_validate_parser
     from .sweep_cli import add_sweep_parsers
 
     add_calibrate_parser(sub)
     add_validate_parser(sub)
     add_sweep_parsers(sub)
+    add_examples_parser(sub)
     return parser
 
 
@@ -168,7 +174,7 @@ def check_estimate(scenario, *, force: bool, quiet: bool = True) -> None:
 
 
 def _cmd_compare(args) -> int:
-    from .compare import run_comparison
+    from .comparison import run_comparison
     from .scenario import read_scenario_file
 
     name = read_scenario_file(args.scenario).get("name", Path(args.scenario).stem)

@@ -8,9 +8,12 @@ adding a component or a rank never changes the numbers another component draws.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a generator is made: the command line's help needs none
+    import torch
 
 __all__ = ["derive_seed", "numpy_stream", "torch_generator"]
 
@@ -26,8 +29,10 @@ def numpy_stream(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, name))
 
 
-def torch_generator(seed: int, name: str) -> torch.Generator:
+def torch_generator(seed: int, name: str) -> "torch.Generator":
     """A CPU torch generator for stream ``name`` of run ``seed``."""
+    import torch
+
     gen = torch.Generator()
     gen.manual_seed(derive_seed(seed, name))
     return gen

@@ -22,8 +22,6 @@ import shlex
 import sys
 from typing import Any, Sequence
 
-import pandas as pd
-
 from ..argtypes import int_between, positive_float
 from ..errors import InputError
 from ..units import format_bytes, format_time, parse_size
@@ -260,6 +258,8 @@ def _print_report(report) -> None:
         predictions = [c[:-2] for c in table.columns if c.endswith("_s") and c != "measured_s"]
         _print_size_table(table.to_dict(orient="records"), predictions)
     elif len(table):
+        import pandas as pd
+
         with pd.option_context("display.width", 160, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
             print(table.to_string(index=False))
     for link in report.links:

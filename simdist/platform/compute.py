@@ -54,7 +54,6 @@ from .topology import Platform
 __all__ = ["ModelTiming", "load_profiles", "load_profile_ops", "default_profile_paths", "ComputeModel", "PRODUCTS_PER_LAYER"]
 
 PRODUCTS_PER_LAYER = 3  # matrix products per layer in a forward/backward: forward, input and weight gradients
-_REPO_PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,11 @@ class ModelTiming:
 
 
 def default_profile_paths() -> list[Path]:
-    """The profiles shipped in the source tree's ``calibration/profiles`` folder."""
-    return sorted(_REPO_PROFILES.glob("*.yaml")) if _REPO_PROFILES.is_dir() else []
+    """The shipped profiles (``calibration/profiles``, in a checkout or an installed wheel:
+    :mod:`simdist.resources`)."""
+    from ..resources import shipped_profiles
+
+    return shipped_profiles()
 
 
 def _read_profile(path: Path) -> dict:

@@ -50,14 +50,14 @@ import pandas as pd
 from ..errors import InputError
 from ..ledger import compare_ledgers
 from ..outdir import check_out_dir, open_container, write_file_atomically, write_text_atomically
+from ..resources import shipped_file
 from ..tracefile import span_events
 from .pilot import PILOT_WARMUP
 
 __all__ = ["iteration_table", "compare", "summarize", "repeatability", "validate", "plot_timelines",
            "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
 
-_REPO = Path(__file__).resolve().parents[2]
-DEFAULT_OVERLAY = _REPO / "calibration" / "platforms" / "host-shm.yaml"
+DEFAULT_OVERLAY = shipped_file("calibration/platforms/host-shm.yaml") or Path("calibration/platforms/host-shm.yaml")
 _COLUMNS = ("iteration_s", "compute_s", "comm_s", "wait_s")
 CALIBRATION_REPEATS = 12  # timed forward/backwards per batch size and worker before the real run
 CALIBRATIONS = ("pilot", "isolated")  # where the simulation's figures come from (see validate)
