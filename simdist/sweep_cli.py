@@ -80,7 +80,7 @@ class _SweepProgress:
 def _cmd_sweep(args) -> int:
     from .osatomic import Terminated
     from .scenario import read_scenario_file
-    from .sweep import run_sweep
+    from .sweeps import run_sweep
 
     from .outdir import default_out_dir
 
@@ -93,6 +93,10 @@ def _cmd_sweep(args) -> int:
             print(f"sweep {name}: {total} points, {done} already done, {total - done} to run", flush=True)
         bar.start(total, done)
 
+    def on_stale(point, reason) -> None:
+        if not args.quiet:
+            print(f"  recomputing {point.label} [{point.key}]: {reason}", flush=True)
+
     def on_point(point, result) -> None:
         bar.advance(point.label)
         if result.error is not None:
@@ -101,7 +105,7 @@ def _cmd_sweep(args) -> int:
     try:
         outcome = run_sweep(args.scenario, out, overrides=args.overrides, backend=args.backend, jobs=args.jobs,
                             scheduler=args.scheduler, plots=False if args.no_plots else None,
-                            on_start=on_start, on_point=on_point, force=args.force)
+                            on_start=on_start, on_point=on_point, force=args.force, on_stale=on_stale)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
         bar.close()
         print(f"simdist: interrupted; completed points are kept in {out}; rerun the same command to finish",

@@ -61,7 +61,7 @@ def test_manifest_contents(tmp_path):
     assert manifest["seed"] == 7 and manifest["algorithm"] == "asgd"
     assert manifest["timing_only"] is False and manifest["status"] == "completed"
     assert set(manifest["packages"]) == {"python", "torch", "numpy", "pandas", "simpy", "pydantic"}
-    assert manifest["content_hash"] == content_hash(result.scenario, result.platform, result.seed)
+    assert manifest["content_hash"] == content_hash(result.scenario, result.platform, result.seed, manifest["inputs"])
     assert len(manifest["content_hash"]) == 64
     assert manifest["summary"] == json.loads((out / "summary.json").read_text())
     listed = set(manifest["files"])
