@@ -14,7 +14,8 @@
                       (``ledger.csv``: forward/backward, comm wire and CPU, wait, update ...)
 
 A figure whose data is absent (timing-only runs have no loss; no evaluations; no updates;
-no trace) is skipped, not an error. :func:`overlay_accuracy` and :func:`overlay_staleness`
+no trace) is skipped, not an error; :func:`figure` returns one of them unsaved (the Python
+API's ``Result.plot``). :func:`overlay_accuracy` and :func:`overlay_staleness`
 put several runs on one axes for sweep reports.
 
 Figures are :class:`matplotlib.figure.Figure` objects bound to the Agg canvas here, never
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_TIMELINE_RANKS",
     "plot_result_dir",
     "plot_tables",
+    "figure",
     "overlay_accuracy",
     "overlay_staleness",
     "plot_comparison",
@@ -86,19 +88,21 @@ def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for name, draw in (
-        ("loss_vs_time", _draw_loss),
-        ("accuracy_vs_time", _draw_accuracy),
-        ("staleness_hist", _draw_staleness),
-        ("iteration_times", _draw_iteration_times),
-        ("batch_size_vs_time", _draw_batch_sizes),
-        ("timeline", _draw_timeline),
-        ("time_per_step", _draw_ledger),
-    ):
-        fig = draw(loaded)
+    for name in FIGURES:
+        fig = figure(loaded, name)
         if fig is not None:
             written += _save(fig, out / name)
     return written
+
+
+def figure(loaded: LoadedResult, name: str) -> Figure | None:
+    """The figure ``name`` (one of :data:`FIGURES`) of ``loaded``, unsaved; None where its data is absent."""
+    draw = {"loss_vs_time": _draw_loss, "accuracy_vs_time": _draw_accuracy, "staleness_hist": _draw_staleness,
+            "iteration_times": _draw_iteration_times, "batch_size_vs_time": _draw_batch_sizes,
+            "timeline": _draw_timeline, "time_per_step": _draw_ledger}
+    if name not in draw:
+        raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
+    return draw[name](loaded)
 
 
 def _draw_ledger(loaded: LoadedResult) -> Figure | None:

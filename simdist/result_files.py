@@ -45,6 +45,7 @@ class LoadedResult:
     workers: pd.DataFrame
     links: pd.DataFrame
     ledger: pd.DataFrame | None = None  # the time ledger (ledger.csv); None for directories written before it
+    events: pd.DataFrame | None = None  # free-form events (events.csv); None for directories written before it
 
     @property
     def algorithm(self) -> str:
@@ -86,6 +87,7 @@ def load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:
         workers=_read_table(directory / "workers.csv"),
         links=_read_table(directory / "links.csv"),
         ledger=_read_table(directory / LEDGER) if (directory / LEDGER).is_file() else None,
+        events=_read_table(directory / EVENTS) if (directory / EVENTS).is_file() else None,
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from simdist.cli import main
-from simdist.compare import run_comparison, variant_scenarios
+from simdist.comparison import run_comparison, variant_scenarios
 from simdist.errors import InputError
 
 PROFILE = str(Path(__file__).parent / "data" / "tiny_profile.yaml")

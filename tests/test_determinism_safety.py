@@ -71,9 +71,9 @@ def test_seed_changes_the_summary(tmp_path):
     assert summary_hash(tmp_path / "a") != summary_hash(tmp_path / "b")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("simdist.sweep") is None, reason="simdist.sweep not available")
+@pytest.mark.skipif(importlib.util.find_spec("simdist.sweeps") is None, reason="simdist.sweeps not available")
 def test_sweep_jobs_1_and_2_give_identical_point_summaries(tmp_path):
-    from simdist.sweep import run_sweep
+    from simdist.sweeps import run_sweep
 
     path = scenario_file(tmp_path, sweep={"grid": {"seed": [0, 1]}})
     hashes = {}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import simdist.compare
+import simdist.comparison
 import simdist.outdir as outdir
 import simdist.simulate
 from simdist.calibrate.provenance import write_yaml
@@ -73,7 +73,7 @@ def no_simulation(monkeypatch):
         pytest.fail("simulated before refusing")
 
     monkeypatch.setattr(simdist.simulate, "simulate", fail)
-    monkeypatch.setattr(simdist.compare, "simulate", fail)  # bound at import
+    monkeypatch.setattr(simdist.comparison, "simulate", fail)  # bound at import
 
 
 def refused(args: list[str], capsys, shown: str, *words: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 from simdist.errors import InputError
 from simdist.plots import scaling_table
 from simdist.report import ranking_table, scaling_mode, write_report
-from simdist.sweep import run_sweep
+from simdist.sweeps import run_sweep
 from simdist.sweep_cli import add_sweep_parsers
 
 from test_sweep import sweep_file

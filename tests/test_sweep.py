@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from simdist.errors import InputError
-from simdist.sweep import POINTS_DIR, run_sweep, sweep_points
+from simdist.sweeps import POINTS_DIR, run_sweep, sweep_points
 from simdist.sweep_cli import add_sweep_parsers
 
 PROFILE = str(Path(__file__).parent / "data" / "tiny_profile.yaml")

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from simdist.sweep import run_sweep  # noqa: E402
+from simdist.sweeps import run_sweep  # noqa: E402
 
 from test_sweep import GRID, sweep_file  # noqa: E402
 

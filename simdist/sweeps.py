@@ -24,11 +24,16 @@ refuses a ``DIR`` that is not new, empty or a sweep folder (:mod:`simdist.outdir
 ==========================  ==================================================================
 
 A point's key is the first 16 hex digits of the SHA-256 of its resolved scenario's
-canonical JSON, so a rerun skips every point whose directory exists (it was written
-atomically, so it is complete) and runs the rest; ``sweep.csv`` is rebuilt from the point
-directories, in point order, and is the same whether or not the sweep was interrupted and
-whichever backend ran it. It leaves out ``wall_time_s`` (host time is not a result; each
-point's ``summary.json`` keeps it).
+canonical JSON. A rerun reuses a point whose directory exists (it was written atomically, so
+it is complete) and whose manifest's ``content_hash`` is the one the point has now
+(:mod:`simdist.content_hash`: the resolved scenario and platform, the bytes of every file they
+name, such as compute profiles and imported code, and simdist's version), and runs the rest.
+A point whose hash differs is computed again and ``on_stale`` is told why, from the files its
+manifest lists (``profile calibration/profiles/cpu.yaml changed``); a directory written before
+manifests listed their files is never reused. Until it is computed again, a stale point is
+left out of ``sweep.csv``. ``sweep.csv`` is rebuilt from the point directories, in point
+order, and is the same whether or not the sweep was interrupted and whichever backend ran it.
+It leaves out ``wall_time_s`` (host time is not a result; each point's ``summary.json`` keeps it).
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import pandas as pd
 
 from .backends import PointOutcome, PointTask, resolve_out, run_tasks
+from .content_hash import input_changes, scenario_content_hash
 from .errors import InputError
 from .estimate import refuse_excess_work
 from .metrics import SUMMARY_KEYS, jsonable
@@ -53,7 +59,7 @@ from .result_files import load_result_dir
 from .scenario import Scenario, apply_overrides, read_scenario_file, scenario_from_dict, set_dotted
 
 __all__ = ["SweepPoint", "SweepOutcome", "SWEEP_SUMMARY_KEYS", "sweep_points", "point_key", "run_sweep",
-           "build_sweep_table", "write_sweep_table", "axis_column", "POINTS_DIR"]
+           "build_sweep_table", "write_sweep_table", "axis_column", "stale_reason", "POINTS_DIR"]
 
 POINTS_DIR = "points"
 SWEEP_JSON = "sweep.json"
@@ -80,7 +86,8 @@ class SweepOutcome:
     out_dir: Path
     points: list[SweepPoint]
     ran: list[str] = field(default_factory=list)  # keys simulated by this call
-    skipped: list[str] = field(default_factory=list)  # keys already complete on disk
+    skipped: list[str] = field(default_factory=list)  # keys already complete on disk, with the current hash
+    stale: dict[str, str] = field(default_factory=dict)  # key -> why its directory on disk was not reused
     failures: dict[str, str] = field(default_factory=dict)  # key -> one-line error
 
     @property
@@ -128,14 +135,19 @@ def _blame(values: dict[str, Any], grid: dict[str, list[Any]], index: int, exc: 
     return f"sweep.grid.{axis}"
 
 
-def sweep_points(path: str | Path, overrides: list[str] | None = None) -> tuple[Scenario, list[SweepPoint]]:
+def sweep_points(path: str | Path, overrides: list[str] | None = None, *,
+                 data: dict[str, Any] | None = None) -> tuple[Scenario, list[SweepPoint]]:
     """The base scenario and every validated point of the scenario file at ``path``.
+
+    ``data``: the scenario's mapping where it was not read from a file (the Python API); ``path``
+    then only names it in messages and locates the files it refers to (its folder).
 
     Raises :class:`InputError` before anything runs if any point's scenario is invalid,
     naming the axis (``sweep.grid.<key>`` or ``sweep.points[i].<key>``) and the problem.
     """
     path = Path(path)
-    data = apply_overrides(read_scenario_file(path), list(overrides or []))
+    data = read_scenario_file(path) if data is None else copy.deepcopy(data)
+    data = apply_overrides(data, list(overrides or []))
     base = scenario_from_dict(copy.deepcopy(data), source=str(path), base_dir=path.parent)
     grid, listed = base.sweep.grid, base.sweep.points
     if not grid and not listed:
@@ -168,16 +180,20 @@ def run_sweep(path: str | Path, out_dir: str | Path, *, overrides: list[str] | N
               jobs: int | None = None, scheduler: str | None = None, plots: bool | None = None,
               on_start: Callable[[int, int], None] | None = None,
               on_point: Callable[[SweepPoint, PointOutcome], None] | None = None,
-              force: bool = False) -> SweepOutcome:
+              force: bool = False, data: dict[str, Any] | None = None,
+              on_stale: Callable[[SweepPoint, str], None] | None = None) -> SweepOutcome:
     """Run the points of the sweep in ``path`` not yet complete in ``out_dir``; write ``sweep.csv``.
 
     ``plots`` (default: the scenario's ``outputs.plots``) draws each point's figures.
-    ``on_start(total, already_done)`` is called once before running, ``on_point`` after each
-    point finishes (success or failure). The table is rewritten after every point, so an
-    interrupted sweep leaves a valid ``sweep.csv`` of what is done. Every point's work estimate
-    (:mod:`simdist.estimate`) is checked before any runs; ``force`` skips that check.
+    ``on_start(total, already_done)`` is called once before running, then ``on_stale(point,
+    reason)`` for each point whose directory is there but whose content hash differs (it runs
+    again), and ``on_point`` after each point finishes (success or failure). The table is
+    rewritten after every point, so an interrupted sweep leaves a valid ``sweep.csv`` of what is
+    done. Every point's work estimate (:mod:`simdist.estimate`) is checked before any runs;
+    ``force`` skips that check. ``data``: the scenario's mapping where there is no file to read
+    (:func:`sweep_points`).
     """
-    base, points = sweep_points(path, overrides)
+    base, points = sweep_points(path, overrides, data=data)
     for point in points:
         try:
             refuse_excess_work(point.scenario, force=force)
@@ -191,35 +207,66 @@ def run_sweep(path: str | Path, out_dir: str | Path, *, overrides: list[str] | N
     outcome = SweepOutcome(out, points)
     todo = []
     for point in points:
-        if (out / POINTS_DIR / point.key / "manifest.json").is_file():
+        manifest = out / POINTS_DIR / point.key / "manifest.json"
+        reason = stale_reason(manifest, point) if manifest.is_file() else None
+        if manifest.is_file() and reason is None:
             outcome.skipped.append(point.key)
-        else:
-            draw = point.scenario.outputs.plots if plots is None else plots and point.scenario.outputs.plots
-            todo.append(PointTask(point.key, point.scenario, resolve_out(out / POINTS_DIR / point.key), draw))
+            continue
+        if reason is not None:
+            outcome.stale[point.key] = reason
+        draw = point.scenario.outputs.plots if plots is None else plots and point.scenario.outputs.plots
+        todo.append(PointTask(point.key, point.scenario, resolve_out(out / POINTS_DIR / point.key), draw))
     if on_start:
         on_start(len(points), len(outcome.skipped))
     by_key = {p.key: p for p in points}
+    for key, reason in outcome.stale.items():
+        if on_stale:
+            on_stale(by_key[key], reason)
+    outdated = set(outcome.stale)  # left out of the table until computed again
     try:
         for result in run_tasks(todo, backend=backend, jobs=jobs, scheduler=scheduler):
             outcome.ran.append(result.key)
             if result.error is not None:
                 outcome.failures[result.key] = result.error
+            else:
+                outdated.discard(result.key)
             if on_point:
                 on_point(by_key[result.key], result)
-            write_sweep_table(out, points, outcome.failures)
+            write_sweep_table(out, points, outcome.failures, exclude=outdated)
     finally:
-        write_sweep_table(out, points, outcome.failures)
+        write_sweep_table(out, points, outcome.failures, exclude=outdated)
     return outcome
 
 
-def build_sweep_table(out_dir: str | Path, points: list[SweepPoint]) -> pd.DataFrame:
-    """``sweep.csv``'s table from the completed point directories, in point order."""
+def stale_reason(manifest_path: str | Path, point: SweepPoint) -> str | None:
+    """Why the result at ``manifest_path`` cannot stand for ``point`` now; None when it can
+    (its ``content_hash`` is the point's :func:`~simdist.content_hash.scenario_content_hash`)."""
+    try:
+        manifest = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "its manifest.json cannot be read"
+    if not isinstance(manifest, dict):
+        return "its manifest.json is not a JSON object"
+    expected, inputs = scenario_content_hash(point.scenario)
+    if manifest.get("content_hash") == expected:
+        return None
+    stored = manifest.get("inputs")
+    if not isinstance(stored, dict) or not isinstance(stored.get("files"), list):
+        return ("written before results recorded the files they read (compute profiles, imported code) "
+                "and simdist's version, so it cannot be checked")
+    changes = input_changes(stored, inputs)
+    return ", ".join(changes) if changes else "its resolved scenario or platform differs"
+
+
+def build_sweep_table(out_dir: str | Path, points: list[SweepPoint], exclude: Collection[str] = ()) -> pd.DataFrame:
+    """``sweep.csv``'s table from the completed point directories, in point order, leaving out
+    the keys in ``exclude`` (stale directories not yet computed again)."""
     out = Path(out_dir)
     axes = list(dict.fromkeys(k for p in points for k in p.values))
     rows = []
     for point in points:
         directory = out / POINTS_DIR / point.key
-        if not (directory / "manifest.json").is_file():
+        if point.key in exclude or not (directory / "manifest.json").is_file():
             continue
         summary = load_result_dir(directory).summary
         rows.append({"point": point.label, "key": point.key,
@@ -229,10 +276,11 @@ def build_sweep_table(out_dir: str | Path, points: list[SweepPoint]) -> pd.DataF
     return pd.DataFrame(rows, columns=columns)
 
 
-def write_sweep_table(out_dir: str | Path, points: list[SweepPoint], failures: dict[str, str]) -> Path:
-    """Rewrite ``sweep.csv`` (and ``failures.csv``) atomically from what is on disk."""
+def write_sweep_table(out_dir: str | Path, points: list[SweepPoint], failures: dict[str, str],
+                      exclude: Collection[str] = ()) -> Path:
+    """Rewrite ``sweep.csv`` (and ``failures.csv``) atomically from what is on disk (but ``exclude``)."""
     out = Path(out_dir)
-    table = build_sweep_table(out, points)
+    table = build_sweep_table(out, points, exclude)
     write_text_atomically(out / SWEEP_CSV, table.to_csv(index=False, float_format="%.12g"))
     done = set(table["key"])
     failed = [(p.label, p.key, failures[p.key]) for p in points if p.key in failures and p.key not in done]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -35,10 +35,16 @@ __all__ = ["variant_scenarios", "run_comparison"]
 
 
 def variant_scenarios(path: str | Path, overrides: list[str] | None = None,
-                      only: list[str] | None = None) -> list[tuple[str, Scenario]]:
-    """(label, validated scenario) of every ``compare`` variant of the scenario file at ``path``."""
+                      only: list[str] | None = None, *,
+                      data: dict[str, Any] | None = None) -> list[tuple[str, Scenario]]:
+    """(label, validated scenario) of every ``compare`` variant of the scenario file at ``path``.
+
+    ``data``: the scenario's mapping where it was not read from a file (the Python API); ``path``
+    then only names it in messages and locates the files it refers to (its folder).
+    """
     path = Path(path)
-    data = apply_overrides(read_scenario_file(path), list(overrides or []))
+    data = read_scenario_file(path) if data is None else copy.deepcopy(data)
+    data = apply_overrides(data, list(overrides or []))
     base = scenario_from_dict(copy.deepcopy(data), source=str(path), base_dir=path.parent)
     if not base.compare:
         raise InputError("has no 'compare' variants; add a list of {label, set} or use 'simdist run'",
@@ -67,15 +73,17 @@ def variant_scenarios(path: str | Path, overrides: list[str] | None = None,
 def run_comparison(path: str | Path, out_dir: str | Path, *, overrides: list[str] | None = None,
                    only: list[str] | None = None, overwrite: bool = False, plots: bool = True,
                    progress: Callable[[str], Progress | None] | None = None,
-                   announce: Callable[[str], None] | None = None, force: bool = False) -> Path:
+                   announce: Callable[[str], None] | None = None, force: bool = False,
+                   data: dict[str, Any] | None = None) -> Path:
     """Simulate every variant into ``out_dir/<label>/`` and write ``compare.csv`` and overlay plots.
 
     ``out_dir`` must be new, empty or a comparison folder (:mod:`simdist.outdir`); every
     variant's folder and work estimate (:mod:`simdist.estimate`; ``force`` skips it) are
-    checked before anything is simulated.
+    checked before anything is simulated. ``data``: the scenario's mapping where there is no file
+    to read (:func:`variant_scenarios`).
     """
     out = Path(out_dir)
-    variants = variant_scenarios(path, overrides, only)
+    variants = variant_scenarios(path, overrides, only, data=data)
     for _, scenario in variants:
         refuse_excess_work(scenario, force=force)
     check_out_dir(out, kind="compare", container=True)  # refuse before simulating anything
