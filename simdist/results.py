@@ -4,7 +4,7 @@
 sibling directory renamed into place), holding:
 
 =====================  ==========================================================================
-``manifest.json``      resolved scenario and platform, seed, package versions, content hash, summary
+``manifest.json``      resolved scenario and platform, seed, package versions, hashed input files, content hash, summary
 ``summary.json``       the run's figures (see :data:`simdist.metrics.SUMMARY_KEYS`)
 ``steps.csv``          one row per applied update: time_s, worker, step, version, staleness, batch_size, loss
 ``evals.csv``          time_s, step, worker, test_loss, test_accuracy
@@ -29,7 +29,6 @@ simdist wrote is replaced (``overwrite=True``), never the current directory or o
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics, tracefile
+from .content_hash import content_hash, simdist_version
 from .ledger import ledger_table
 from .metrics import jsonable
 from .outdir import staged_dir
@@ -52,6 +52,7 @@ __all__ = [
     "LoadedResult",
     "RESULT_FILES",
     "write_result_dir",
+    "result_tables",
     "load_result_dir",
     "build_manifest",
     "content_hash",
@@ -80,15 +81,6 @@ def write_result_dir(result: RunResult, out_dir: str | os.PathLike[str], *, over
     return out
 
 
-def content_hash(scenario: dict[str, Any], platform: dict[str, Any], seed: int) -> str:
-    """SHA-256 (hex) of the canonical JSON of a run's inputs: scenario, platform and seed."""
-    canonical = json.dumps(
-        jsonable({"scenario": scenario, "platform": platform, "seed": seed}),
-        sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
-    )
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
 def package_versions() -> dict[str, str]:
     """Versions of Python and of the packages a run's numbers depend on (``"missing"`` if absent)."""
     versions = {"python": _platform.python_version()}
@@ -101,9 +93,15 @@ def package_versions() -> dict[str, str]:
 
 
 def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str]) -> dict[str, Any]:
-    """The ``manifest.json`` object of ``result`` (``files``: paths relative to the directory)."""
+    """The ``manifest.json`` object of ``result`` (``files``: paths relative to the directory).
+
+    ``inputs`` lists the files the run read on its scenario's word with their SHA-256 and
+    simdist's version (:mod:`simdist.content_hash`), all of which ``content_hash`` covers; a
+    runtime that does not list them (``result.extra["inputs"]`` absent) records ``files: null``.
+    """
+    inputs = result.extra.get("inputs") or {"simdist_version": simdist_version(), "files": None}
     return {
-        "simdist_version": _simdist_version(),
+        "simdist_version": inputs["simdist_version"],
         "scenario": jsonable(result.scenario),
         "platform": jsonable(result.platform),
         "seed": result.seed,
@@ -118,12 +116,28 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "op_costs": jsonable(result.extra.get("op_costs") or []),
         # what a batch costs to load (per sample, measured, estimated or cited) and the loader model
         "data_loading": jsonable(result.extra.get("data_loading")),
+        # the training samples held out for validation (workload.validation_split), and those left to train on
+        "validation_split": jsonable(result.extra.get("validation_split")),
         # the job's validation pass and checkpoint at epoch ends (simdist.training.epoch_end); null: none
         "epoch_end": jsonable(result.extra.get("epoch_end")),
         "packages": package_versions(),
-        "content_hash": content_hash(result.scenario, result.platform, result.seed),
+        "inputs": jsonable(inputs),
+        "content_hash": content_hash(result.scenario, result.platform, result.seed, inputs),
         "summary": summary,
         "files": list(files),
+    }
+
+
+def result_tables(result: RunResult) -> dict[str, Any]:
+    """The tables of ``result`` as DataFrames, keyed by their file name in the result directory."""
+    return {
+        "steps.csv": metrics.steps_table(result),
+        "evals.csv": metrics.evals_table(result),
+        "workers.csv": metrics.workers_table(result),
+        "links.csv": metrics.links_table(result),
+        EVENTS: metrics.events_table(result),
+        LEDGER: ledger_table(metrics.spans_table(result),
+                             uncovered="update" if result.extra.get("runtime") == "mpi" else "wait"),
     }
 
 
@@ -133,16 +147,7 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
 def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
     summary = metrics.summarize(result)
     (directory / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    tables = {
-        "steps.csv": metrics.steps_table(result),
-        "evals.csv": metrics.evals_table(result),
-        "workers.csv": metrics.workers_table(result),
-        "links.csv": metrics.links_table(result),
-        EVENTS: metrics.events_table(result),
-        LEDGER: ledger_table(metrics.spans_table(result),
-                             uncovered="update" if result.extra.get("runtime") == "mpi" else "wait"),
-    }
-    for name, table in tables.items():
+    for name, table in result_tables(result).items():
         table.to_csv(directory / name, index=False, float_format=_FLOAT_FORMAT)
     tracefile.write_chrome_trace(result, directory / TRACE)
     manifest = build_manifest(result, summary, files=[])
@@ -154,15 +159,3 @@ def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
         [MANIFEST] + [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()]
     )
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def _simdist_version() -> str:
-    try:
-        import simdist
-
-        version = getattr(simdist, "__version__", None)
-        if version:
-            return str(version)
-        return importlib.metadata.version("simdist")
-    except (ImportError, importlib.metadata.PackageNotFoundError):
-        return "unknown"

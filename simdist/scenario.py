@@ -35,6 +35,7 @@ from .training.epoch_end import CheckpointConfig, ValidationConfig
 from .training.loss_curve import LossCurveConfig
 from .training.optim import OptimizerConfig
 from .inputfile import CAPS, file_exists, read_input_text
+from .resources import resolve_reference
 from .yamlio import MAX_DEPTH, parse_scalar, safe_load_limited
 
 __all__ = ["ComparePoint", "SweepConfig", "read_scenario_file", "set_dotted", "Scenario", "WorkloadConfig", "StopConfig", "EvaluationConfig", "NetworkConfig", "ComputeConfig",
@@ -82,6 +83,11 @@ class WorkloadConfig(_Config):
     data_loading: DataLoadingConfig | None = Field(
         None, description="what loading a sample costs and how many loader workers hide it (docs/host_costs.md); "
                           "default: the dataset's own figure, or indexing it out of memory, loaded by the rank itself")
+    validation_split: float | None = Field(
+        None, ge=0, lt=0.5, description="fraction of the training set held out as a validation split, in [0, 0.5): "
+        "round(fraction x training samples) samples from the seeded stream 'validation-split', removed from the "
+        "training set; nnt chooses its best worker on it, the epoch-end validation pass evaluates it. Default null: "
+        "the algorithm's own default (nnt 0.1, every other 0); set it for every algorithm compared with nnt")
     validation: ValidationConfig | None = Field(
         None, description="the job's own validation pass at epoch ends, charged as the ledger's eval "
                           "(simdist.training.epoch_end); default: none")
@@ -93,7 +99,7 @@ class WorkloadConfig(_Config):
     def _absent_sections_unwritten(self, handler):
         data = handler(self)  # sections left out stay out: the resolved scenario (and its content hash) is as before
         if isinstance(data, dict):
-            for section in ("data_loading", "validation", "checkpoint"):
+            for section in ("data_loading", "validation_split", "validation", "checkpoint"):
                 if getattr(self, section) is None:
                     data.pop(section, None)
         return data
@@ -211,7 +217,7 @@ class SweepConfig(_Config):
     Keys are dotted scenario fields (``workers``, ``algorithm.name``, ``platform.nodes`` ...);
     a mapping value replaces the subtree. A grid key naming several fields joined by commas
     (``"workers,workload.batch_size"``) is one axis whose values are lists of as many values
-    (linked fields: strong scaling). Points are validated one by one by :mod:`simdist.sweep`.
+    (linked fields: strong scaling). Points are validated one by one by :mod:`simdist.sweeps`.
     """
 
     grid: dict[str, list[Any]] = Field(default_factory=dict,
@@ -270,6 +276,16 @@ class Scenario(_Config):
     @property
     def algorithm_name(self) -> str:
         return self.algorithm["name"]
+
+    @property
+    def validation_split(self) -> float:
+        """``workload.validation_split``, or where it is null the algorithm's default
+        (its config class's ``default_validation_split``, else 0)."""
+        if self.workload.validation_split is not None:
+            return self.workload.validation_split
+        from .algorithms import ALGORITHMS
+        config = ALGORITHMS.entry(self.algorithm_name).config
+        return float(getattr(config, "default_validation_split", 0.0))
 
     def algorithm_config(self):
         """The algorithm's validated config object."""
@@ -379,7 +395,7 @@ def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[st
                              source=source, field="platform.preset")
         base = PLATFORMS.get(name)()
     elif "file" in value:
-        path = base_dir / str(value.pop("file"))
+        path = resolve_reference(base_dir, str(value.pop("file")))  # or a shipped file by name
         _check_reference(path, "platform", source, "platform.file")
         base = _read_yaml_mapping(path, "platform")
         base.pop("provenance", None)
@@ -388,8 +404,9 @@ def _resolve_platform(value: Any, base_dir: Path, source: str | None) -> dict[st
         except ValidationError as exc:
             raise format_validation_error(exc, source=str(path)) from None
     for i, overlay in enumerate(overlays):
-        _check_reference(base_dir / overlay, "platform overlay", source, f"platform.overlays[{i}]")
-        layer = _read_yaml_mapping(base_dir / overlay, "platform overlay")
+        path = resolve_reference(base_dir, overlay)  # or a shipped overlay by name
+        _check_reference(path, "platform overlay", source, f"platform.overlays[{i}]")
+        layer = _read_yaml_mapping(path, "platform overlay")
         layer.pop("provenance", None)
         base = _merge(base, layer)
     return _merge(base, value)
@@ -412,7 +429,7 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
                        overrides: list[str] | None = None) -> Scenario:
     """Validate a scenario mapping (what :func:`load_scenario` does after reading the file)."""
     from .algorithms import ALGORITHMS  # registry fills on import
-    from .training.datasets import dataset_shape
+    from .training.datasets import dataset_shape, validation_split_size
     from .training.workload import check_workload_options
 
     data = apply_overrides(dict(data), overrides or [])
@@ -447,6 +464,11 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
     if shape is not None and shape.train_samples < scenario.worker_count:
         raise InputError(f"{shape.train_samples} training samples cannot be shared by {scenario.worker_count} "
                          "workers; use a larger dataset or fewer workers", source=source, field="workload.dataset")
+    if shape is not None:  # the validation split comes out of the training samples
+        try:
+            validation_split_size(shape.train_samples, scenario.validation_split, scenario.worker_count)
+        except InputError as exc:
+            raise exc.at(source=source) from None
     labels = [p.label for p in scenario.compare]
     if len(set(labels)) != len(labels):
         duplicate = next(label for label in labels if labels.count(label) > 1)

@@ -23,10 +23,12 @@ import simpy
 import torch
 
 from .algorithms import ALGORITHMS, AlgorithmContext
+from .content_hash import run_inputs
 from .errors import InputError
 from .inputfile import file_exists
 from .faults import FaultInjector
 from .platform.compute import ComputeModel, default_profile_paths, load_profile_ops, load_profiles
+from .resources import resolve_reference
 from .platform.op_costs import OpCostModel
 from .platform.stragglers import StragglerSchedule
 from .platform.topology import Platform
@@ -50,7 +52,7 @@ Progress = Callable[[float, str], None]  # (fraction done 0..1, short status tex
 
 def _profile_paths(scenario: Scenario) -> list[Path]:
     base = Path(scenario.source).parent if scenario.source else Path(".")
-    extra = [base / p for p in scenario.compute.profiles]
+    extra = [resolve_reference(base, p) for p in scenario.compute.profiles]  # or a shipped one by name
     for i, path in enumerate(extra):
         if not file_exists(path):
             raise InputError(f"compute profile {str(path)!r} not found", source=scenario.source,
@@ -105,13 +107,15 @@ class Simulation:
             self.workload = build_workload(
                 scenario.workload.model.name, scenario.workload.model.options,
                 scenario.workload.dataset.name, scenario.workload.dataset.options,
-                scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import)
+                scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import,
+                validation_split=scenario.validation_split)
         except InputError as exc:  # name the scenario file, as every input error does
             raise exc.at(source=exc.source or scenario.source) from None
         if self.workload.dataset.shape_only and not self.timing_only:
             raise InputError(f"dataset {self.workload.dataset.name!r} holds no sample values; it needs "
                              "workload.timing_only: true (or --timing-only)", source=scenario.source,
                              field="workload.dataset")
+        self.inputs = run_inputs(scenario)  # hashed before they are read: a file edited meanwhile reads as changed
         self.op_costs = OpCostModel(self.platform, load_profile_ops(_profile_paths(scenario)))
         params = self.workload.param_count
         self.compute = ComputeModel(
@@ -157,13 +161,13 @@ class Simulation:
             return None
         samples = 0
         if config.validation is not None:
-            held_out = workload.dataset.test_size
+            held_out = workload.held_out_size  # the validation split, else the test set
             samples = config.validation.samples or held_out
             if samples == 0:
                 raise InputError("the dataset has no test samples to validate on; give the validation set's size",
                                  source=self.scenario.source, field="workload.validation.samples")
             if samples > held_out and not workload.dataset.shape_only:  # a real run evaluates what it holds
-                raise InputError(f"{samples} is more than the dataset's {held_out} test samples; give at most "
+                raise InputError(f"{samples} is more than the {held_out} held-out samples; give at most "
                                  f"{held_out} (or leave it out: all of them)", source=self.scenario.source,
                                  field="workload.validation.samples")
         return EpochEndCosts(
@@ -363,12 +367,16 @@ class Simulation:
             virtual_time_s=now, wall_time_s=wall_time_s, status=status,
             target_accuracy=scenario.stop.target_accuracy, epochs=self.algorithm.epochs_completed(),
             timing_only=self.timing_only,
-            extra={"compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
+            extra={"inputs": self.inputs,
+                   "compute_profiles": self.compute.describe(), "param_count": self.workload.param_count,
                    "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
                    "events": self.events_processed, "faults": self._fault_figures(),
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
                    "collective_reduction": self.world.reduction_basis(),
                    "data_loading": self.world.data_loading.describe(),
+                   "validation_split": {"fraction": scenario.validation_split,
+                                        "samples": self.workload.validation_size,
+                                        "training_samples": self.workload.dataset.train_size},
                    "epoch_end": self.world.epoch_end.describe() if self.world.epoch_end is not None else None})
 
     def _fault_figures(self) -> dict[str, Any]:
