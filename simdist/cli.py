@@ -45,6 +45,7 @@ class _Parser(argparse.ArgumentParser):
 def _registries():
     from .algorithms import ALGORITHMS
     from .platform import DEVICE_KINDS, LINK_KINDS, PLATFORMS
+    from .platform.fabrics import FABRICS
     from .platform.network import NETWORK_MODELS
     from .runtime.collectives import COLLECTIVES
     from .training.datasets import DATASETS
@@ -52,10 +53,11 @@ def _registries():
 
     return {"algorithms": ALGORITHMS, "platforms": PLATFORMS, "models": MODELS, "datasets": DATASETS,
             "collectives": COLLECTIVES, "links": LINK_KINDS, "devices": DEVICE_KINDS,
-            "network-models": NETWORK_MODELS}
+            "network-models": NETWORK_MODELS, "topologies": FABRICS}
 
 
-LIST_KINDS = ("algorithms", "platforms", "models", "datasets", "collectives", "links", "devices", "network-models")
+LIST_KINDS = ("algorithms", "platforms", "models", "datasets", "collectives", "links", "devices", "network-models",
+              "topologies")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -185,3 +185,21 @@ def test_torus_dims_must_multiply_to_the_node_count():
 def test_platform_specs_refuse_bad_fields(spec, message):
     with pytest.raises(ValidationError, match=re.escape(message)):
         PlatformSpec.model_validate(spec)
+
+
+def test_every_topology_a_platform_file_may_name_is_a_registered_fabric():
+    from typing import get_args
+
+    from simdist.platform.fabrics import FABRICS
+    from simdist.platform.spec import FabricSpec
+
+    assert sorted(get_args(FabricSpec.model_fields["topology"].annotation)) == FABRICS.names()
+    assert all(FABRICS.entry(name).citation for name in FABRICS.names())
+
+
+def test_an_unknown_topology_names_the_known_ones():
+    from simdist.errors import InputError
+    from simdist.platform.fabrics import FABRICS
+
+    with pytest.raises(InputError, match="unknown topology 'mesh'; known: fat_tree, ring, switch, torus"):
+        FABRICS.entry("mesh")
