@@ -18,6 +18,13 @@ no trace) is skipped, not an error; :func:`figure` returns one of them unsaved (
 API's ``Result.plot``). :func:`overlay_accuracy` and :func:`overlay_staleness`
 put several runs on one axes for sweep reports.
 
+The per-run figures share the look of :mod:`simdist.plot_style` (Okabe–Ito colours, time
+axes in the unit that fits the run, integer ticks for counted quantities, no axis offsets),
+are titled with the scenario's name and what they show, and describe degenerate data rather
+than draw it as noise: iteration times that are all equal are one marked value ("every
+iteration took 117 µs"), a staleness that is the same for every update (sync: 0) is said in
+words. The same result directory gives byte-identical PNG and SVG files.
+
 Figures are :class:`matplotlib.figure.Figure` objects bound to the Agg canvas here, never
 pyplot: nothing is displayed, no global backend is switched and no figure registry grows.
 """
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import matplotlib
 import numpy as np
@@ -36,8 +43,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
+from . import plot_style as style
 from .outdir import staged_dir
 from .result_files import PLOTS_DIR, LoadedResult, load_result_dir
 from .tracefile import read_trace_spans
@@ -64,10 +71,14 @@ MAX_SPANS_PER_RANK = 2000
 MAX_BOXES = 48  # workers above which iteration times are drawn as quantile bands
 MAX_TIMELINE_RANKS = 256
 FORMATS = ("png", "svg")
-KIND_COLORS = {"compute": "tab:blue", "comm": "tab:orange", "wait": "0.75"}
-_OTHER_COLOR = "tab:purple"
+KIND_COLORS = style.KIND_COLORS
+MIN_SPAN_PX = 1.0  # timeline spans are drawn at least this wide, in pixels of the saved PNG
+_KIND_LABELS = {"compute": "compute", "comm": "communication", "wait": "waiting"}
+_TIMELINE_WIDTH_IN = 10.0
+_TIMELINE_AXES_FRACTION = 0.5  # of the figure's width, at most (the rest: rank labels, legend)
+_FEW_LEVELS = 3  # iteration times with at most this many distinct values (4 digits) are listed in words
 _RASTERIZE_ABOVE = 5000  # artists with more points than this are rasterized in SVG
-_TIME_LABEL = "virtual time (s)"
+_TIME_LABEL = "virtual time"
 
 
 def plot_result_dir(path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
@@ -88,10 +99,11 @@ def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for name in FIGURES:
-        fig = figure(loaded, name)
-        if fig is not None:
-            written += _save(fig, out / name)
+    with style.style_context():
+        for name in FIGURES:
+            fig = figure(loaded, name)
+            if fig is not None:
+                written += _save(fig, out / name)
     return written
 
 
@@ -102,7 +114,9 @@ def figure(loaded: LoadedResult, name: str) -> Figure | None:
             "timeline": _draw_timeline, "time_per_step": _draw_ledger}
     if name not in draw:
         raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
-    return draw[name](loaded)
+    with style.style_context():
+        fig = draw[name](loaded)
+    return None if fig is None else style.finish_axes(fig)
 
 
 def _draw_ledger(loaded: LoadedResult) -> Figure | None:
@@ -110,8 +124,18 @@ def _draw_ledger(loaded: LoadedResult) -> Figure | None:
     ledger = loaded.ledger
     if ledger is None or ledger.empty:
         return None
-    return ledger_bars({f"rank {int(rank)}": rows for rank, rows in ledger.groupby("rank")},
-                       title=f"{loaded.algorithm}: where a step's time goes").figure
+    ax = ledger_bars({f"rank {int(rank)}": rows for rank, rows in ledger.groupby("rank")},
+                     title=_figure_title(loaded, "where a step's time goes"))
+    for bars in ax.containers:  # each part in its own colour, the timeline's for compute, comm and wait
+        look = style.PART_STYLES.get(str(bars.get_label()).replace(" ", "_"), {})
+        for patch in bars:
+            patch.set(**look)
+    if ax.get_legend() is not None:
+        ax.legend(fontsize=style.FONT_SIZES["legend"], loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    heights = np.sum([[patch.get_height() for patch in bars] for bars in ax.containers], axis=0)
+    style.time_axis(ax.yaxis, "mean time per step (virtual)", float(np.max(heights, initial=0.0)))
+    ax.set_xlabel("rank")
+    return ax.figure
 
 
 def ledger_bars(ledgers: dict[str, pd.DataFrame], ax: Axes | None = None, *, title: str = "") -> Axes:
@@ -143,7 +167,7 @@ def overlay_accuracy(loaded_list: Sequence[LoadedResult], ax: Axes | None = None
             continue
         mean = evals.groupby(x)["test_accuracy"].mean()
         ax.plot(mean.index, mean.to_numpy(), marker="o", markersize=3, label=label)
-    ax.set_xlabel(_TIME_LABEL if x == "time_s" else "global step (model updates)")
+    ax.set_xlabel("virtual time (s)" if x == "time_s" else "global step (model updates)")
     ax.set_ylabel("test accuracy (fraction)")
     ax.set_title("Test accuracy vs " + ("virtual time" if x == "time_s" else "steps"))
     _legend(ax)
@@ -196,21 +220,24 @@ def _draw_loss(loaded: LoadedResult) -> Figure | None:
     if train.empty and test.empty:
         return None
     fig, ax = _new_figure()
+    train_color, test_color = style.SERIES_COLORS[0], style.SERIES_COLORS[1]
     if not train.empty:
         t, loss = train["time_s"].to_numpy(), train["loss"].to_numpy()
         window = int(np.clip(len(loss) // 50, 1, 500))
         smooth = pd.Series(loss).rolling(window, min_periods=1).mean().to_numpy()
         big = len(loss) > _RASTERIZE_ABOVE
         if window > 1:
-            ax.plot(t, loss, color="tab:blue", alpha=0.25, linewidth=0.6, rasterized=big, label="training loss")
-        ax.plot(t, smooth, color="tab:blue", linewidth=1.6, rasterized=big,
+            ax.plot(t, loss, color=train_color, alpha=0.25, linewidth=0.6, rasterized=big, label="training loss")
+        ax.plot(t, smooth, color=train_color, linewidth=1.6, rasterized=big,
                 label=f"training loss, mean of {window} updates" if window > 1 else "training loss")
     if not test.empty:
         mean = test.groupby("time_s")["test_loss"].mean()
-        ax.plot(mean.index, mean.to_numpy(), color="tab:red", marker="o", markersize=3, label="test loss")
-    ax.set_xlabel(_TIME_LABEL)
+        ax.plot(mean.index, mean.to_numpy(), color=test_color, marker="s", label="test loss (mean over workers)")
+    else:
+        style.note(ax, "no test evaluations in this run", x=0.98, y=0.96, ha="right", va="top")
+    style.time_axis(ax.xaxis, _TIME_LABEL, _max(train["time_s"], test["time_s"]))
     ax.set_ylabel("loss")
-    ax.set_title(f"{_run_title(loaded)}: loss vs virtual time")
+    ax.set_title(_figure_title(loaded, "loss vs virtual time"))
     _legend(ax)
     return fig
 
@@ -220,29 +247,48 @@ def _draw_accuracy(loaded: LoadedResult) -> Figure | None:
     if evals.empty:
         return None
     fig, ax = _new_figure()
-    for worker, rows in evals.sort_values("time_s", kind="stable").groupby("worker", sort=True):
-        ax.plot(rows["time_s"], rows["test_accuracy"], marker="o", markersize=3, label=f"worker {int(worker)}")
+    by_worker = evals.sort_values("time_s", kind="stable").groupby("worker", sort=True)
+    for i, (worker, rows) in enumerate(by_worker):
+        ax.plot(rows["time_s"], rows["test_accuracy"], label=f"worker {int(worker)}", **style.series_style(i))
     target = loaded.summary.get("target_accuracy")
     if target is not None:
-        ax.axhline(float(target), color="k", linestyle="--", linewidth=1, label=f"target {float(target):g}")
-    ax.set_xlabel(_TIME_LABEL)
+        ax.axhline(float(target), color=style.OKABE_ITO["black"], linestyle="--", linewidth=1,
+                   label=f"target {float(target):g}")
+    style.time_axis(ax.xaxis, _TIME_LABEL, _max(evals["time_s"]))
     ax.set_ylabel("test accuracy (fraction)")
-    ax.set_title(f"{_run_title(loaded)}: test accuracy vs virtual time")
+    ax.set_title(_figure_title(loaded, "test accuracy vs virtual time"))
     _legend(ax)
     return fig
 
 
 def _draw_staleness(loaded: LoadedResult) -> Figure | None:
+    """Updates per staleness; a run whose updates all have one staleness (sync: 0) says so."""
     staleness = _numeric(loaded.steps, "staleness")["staleness"].dropna().to_numpy()
     if staleness.size == 0:
         return None
     fig, ax = _new_figure()
-    ax.hist(staleness, bins=_staleness_edges(staleness), color="tab:blue", edgecolor="white")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("staleness (model versions)")
+    color = style.SERIES_COLORS[0]
+    integer = bool(np.all(np.mod(staleness, 1) == 0))
+    if integer and np.ptp(staleness) <= 100:
+        values, counts = np.unique(staleness.astype(np.int64), return_counts=True)
+        ax.bar(values, counts, width=0.8, color=color)
+        low, high = int(values.min()), int(values.max())
+        ax.set_xlim(low - 0.6, max(high, low + 2) + 0.6)  # room for the empty neighbours of one bar
+    else:
+        ax.hist(staleness, bins=_staleness_edges(staleness), color=color, edgecolor="white")
+    if integer:
+        style.integer_axis(ax.xaxis)
+    style.integer_axis(ax.yaxis)
+    ax.set_xlabel("staleness (model versions behind)")
     ax.set_ylabel("updates")
-    ax.set_title(f"{_run_title(loaded)}: staleness of {staleness.size} updates")
+    only = style.constant_value(staleness, rtol=0.0)
+    if only is not None:
+        style.note(ax, f"{loaded.algorithm}: every update has staleness {only:g} ({staleness.size} updates)",
+                   x=0.98, y=0.96, ha="right", va="top")
+        what = f"staleness of {staleness.size} updates"
+    else:
+        what = f"staleness of {staleness.size} updates (mean {float(np.mean(staleness)):.3g})"
+    ax.set_title(_figure_title(loaded, what))
     return fig
 
 
@@ -257,26 +303,64 @@ def _iteration_intervals(steps: pd.DataFrame) -> dict[int, np.ndarray]:
 
 
 def _draw_iteration_times(loaded: LoadedResult) -> Figure | None:
-    """Distribution of each worker's iteration time (box per worker): equal boxes = balanced workers."""
+    """Distribution of each worker's iteration time (box per worker): equal boxes = balanced workers.
+    When every iteration of every worker took the same time, one marked value says how long."""
     steps = _numeric(loaded.steps, "time_s", "worker").dropna()
     intervals = _iteration_intervals(steps) if len(steps) else {}
     if not intervals:
         return None
     fig, ax = _new_figure()
     workers = sorted(intervals)
-    if len(workers) <= MAX_BOXES:
-        ax.boxplot([intervals[w] for w in workers], showfliers=False)
-        ax.set_xticks(range(1, len(workers) + 1), [str(w) for w in workers])
+    every = np.concatenate([intervals[w] for w in workers])
+    only_s = style.constant_value(every)
+    if only_s is not None:
+        _draw_constant_iterations(ax, workers, only_s, every.size)
+        what = f"every iteration took {style.format_duration(only_s)}"
+    elif len(workers) <= MAX_BOXES:
+        boxes = ax.boxplot([intervals[w] for w in workers], positions=workers, patch_artist=True, widths=0.6,
+                           flierprops={"marker": "o", "markersize": 3, "markerfacecolor": "none",
+                                       "markeredgecolor": style.OKABE_ITO["black"]})
+        for box in boxes["boxes"]:
+            box.set(facecolor=style.OKABE_ITO["sky_blue"], edgecolor=style.OKABE_ITO["black"], linewidth=0.8)
+        for median in boxes["medians"]:
+            median.set(color=style.OKABE_ITO["black"], linewidth=1.2)
+        ax.set_xlim(workers[0] - 0.6, workers[-1] + 0.6)
+        what = _iteration_summary(every)
     else:  # a box per worker is unreadable (and slow to draw) for hundreds of workers: draw the quantiles
         quantiles = np.array([np.percentile(intervals[w], [5, 25, 50, 75, 95]) for w in workers])
-        ax.fill_between(workers, quantiles[:, 0], quantiles[:, 4], color=_OTHER_COLOR, alpha=0.3, label="5-95 %")
-        ax.fill_between(workers, quantiles[:, 1], quantiles[:, 3], color=_OTHER_COLOR, alpha=0.6, label="25-75 %")
-        ax.plot(workers, quantiles[:, 2], color="black", linewidth=1, label="median")
+        band = style.OKABE_ITO["sky_blue"]
+        ax.fill_between(workers, quantiles[:, 0], quantiles[:, 4], color=band, alpha=0.35, label="5-95 %")
+        ax.fill_between(workers, quantiles[:, 1], quantiles[:, 3], color=band, alpha=0.8, label="25-75 %")
+        ax.plot(workers, quantiles[:, 2], color=style.OKABE_ITO["black"], linewidth=1, label="median")
         _legend(ax)
-    ax.set_xlabel("worker (rank)")
-    ax.set_ylabel("iteration time (virtual s)")
-    ax.set_title(f"{_run_title(loaded)}: iteration time per worker")
+        what = _iteration_summary(every)
+    # from zero: the spread reads against the whole iteration, and float noise never fills the axis
+    upper_s = only_s * 1.5 if only_s is not None else float(every.max()) * 1.15
+    ax.set_ylim(0.0, upper_s)
+    style.time_axis(ax.yaxis, "iteration time (virtual)", upper_s)
+    style.integer_axis(ax.xaxis, "worker (rank)")
+    ax.set_title(_figure_title(loaded, what))
     return fig
+
+
+def _iteration_summary(intervals_s: np.ndarray) -> str:
+    """What the iteration times are, in words: their few distinct values with counts (a sync run
+    whose last batch of an epoch is smaller: "904 × 118 µs, 52 × 100 µs"), else the median."""
+    values, counts = np.unique(np.asarray([float(f"{v:.4g}") for v in intervals_s]), return_counts=True)
+    if len(values) <= _FEW_LEVELS:
+        order = np.argsort(-counts, kind="stable")
+        return "iteration times: " + ", ".join(f"{counts[i]} × {style.format_duration(values[i])}" for i in order)
+    return f"iteration time per worker (median {style.format_duration(float(np.median(intervals_s)))})"
+
+
+def _draw_constant_iterations(ax: Axes, workers: list[int], iteration_s: float, n_iterations: int) -> None:
+    """One marked value per worker on a line at the common iteration time, the number in the label."""
+    label = f"every iteration took {style.format_duration(iteration_s)} ({n_iterations} iterations)"
+    ax.axhline(iteration_s, color=style.OKABE_ITO["blue"], linewidth=1.0, linestyle="--")
+    ax.plot(workers, np.full(len(workers), iteration_s), linestyle="none", marker="o", markersize=6,
+            color=style.OKABE_ITO["blue"], label=label)
+    ax.set_xlim(workers[0] - 0.6, workers[-1] + 0.6)
+    ax.legend(loc="lower right")
 
 
 def _draw_batch_sizes(loaded: LoadedResult) -> Figure | None:
@@ -285,16 +369,20 @@ def _draw_batch_sizes(loaded: LoadedResult) -> Figure | None:
     if not len(steps) or steps.groupby("worker")["batch_size"].nunique().max() <= 2:
         return None  # constant batches (the last batch of an epoch may be smaller)
     fig, ax = _new_figure()
-    for worker, rows in steps.groupby("worker", sort=True):
-        ax.step(rows["time_s"], rows["batch_size"], where="post", label=f"worker {int(worker)}", linewidth=1)
-    ax.set_xlabel("virtual time (s)")
-    ax.set_ylabel("batch size (samples)")
-    ax.set_title(f"{_run_title(loaded)}: batch size over time")
+    for i, (worker, rows) in enumerate(steps.groupby("worker", sort=True)):
+        look = style.series_style(i)
+        ax.step(rows["time_s"], rows["batch_size"], where="post", label=f"worker {int(worker)}", linewidth=1,
+                color=look["color"], linestyle=look["linestyle"])
+    style.time_axis(ax.xaxis, _TIME_LABEL, _max(steps["time_s"]))
+    style.integer_axis(ax.yaxis, "batch size (samples)")
+    ax.set_title(_figure_title(loaded, "batch size over virtual time"))
     _legend(ax)
     return fig
 
 
 def _draw_timeline(loaded: LoadedResult) -> Figure | None:
+    """One row per rank: compute, comm and wait spans in their colours; spans narrower than a
+    pixel are widened to :data:`MIN_SPAN_PX` so that short communications stay visible."""
     if not loaded.trace_path.is_file():
         return None
     spans, labels = read_trace_spans(loaded.trace_path)
@@ -304,34 +392,54 @@ def _draw_timeline(loaded: LoadedResult) -> Figure | None:
     shown = ranks[:MAX_TIMELINE_RANKS]
     spans, horizon_s = _first_spans(spans[spans["rank"].isin(shown)])
     row_of = {rank: i for i, rank in enumerate(shown)}
-    fig = Figure(figsize=(10, float(np.clip(1.0 + 0.3 * len(shown), 3.0, 14.0))), layout="constrained")
+    fig = Figure(figsize=(_TIMELINE_WIDTH_IN, float(np.clip(1.2 + 0.3 * len(shown), 3.0, 14.0))),
+                 layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    handles = []
-    for kind in sorted(set(spans["kind"])):
-        color = KIND_COLORS.get(kind, _OTHER_COLOR)
+    end_s = max(float(spans["end_s"].max()), float(loaded.summary.get("virtual_time_s") or 0.0))
+    end_s = horizon_s if horizon_s is not None else end_s
+    min_width_s = end_s * MIN_SPAN_PX / (_TIMELINE_WIDTH_IN * style.DPI * _TIMELINE_AXES_FRACTION)
+    present = set(spans["kind"])
+    for kind in _kind_order(present):
+        color = style.KIND_COLORS.get(kind, style.OTHER_COLOR)
         for blocking, (low, high) in ((True, (-0.42, 0.2)), (False, (0.25, 0.42))):
             rows = spans[(spans["kind"] == kind) & (spans["blocking"] == blocking)]
-            if rows.empty:
-                continue
-            bars = _bars(rows, row_of, low, high, color, alpha=1.0 if blocking else 0.6)
-            ax.add_collection(bars, autolim=False)  # limits are set below
-        handles.append(Patch(color=color, label=kind))
-    if (~spans["blocking"]).any():
-        handles.append(Patch(color=KIND_COLORS["comm"], alpha=0.6, label="non-blocking\n(thin bar)"))
-    end_s = max(float(spans["end_s"].max()), float(loaded.summary.get("virtual_time_s") or 0.0))
-    ax.set_xlim(0.0, horizon_s if horizon_s is not None else end_s)
+            if not rows.empty:
+                bars = _bars(rows, row_of, low, high, color, alpha=1.0 if blocking else 0.6, min_width_s=min_width_s)
+                ax.add_collection(bars, autolim=False)  # limits are set below
+    ax.set_xlim(0.0, end_s)
     ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.grid(False, axis="y")
     step = max(1, len(shown) // 48)
     ax.set_yticks(range(0, len(shown), step))
-    ax.set_yticklabels([labels.get(r, f"rank {r}") for r in shown[::step]], fontsize=7 if len(shown) > 16 else 9)
-    ax.set_xlabel(_TIME_LABEL)
-    what = f"ranks {shown[0]}..{shown[-1]} of {len(ranks)}" if len(shown) < len(ranks) else "timeline"
+    ax.set_yticklabels([labels.get(r, f"rank {r}") for r in shown[::step]], fontsize=7 if len(shown) > 16 else 8)
+    style.time_axis(ax.xaxis, _TIME_LABEL, end_s)
+    what = "what each rank does over virtual time"
+    if len(shown) < len(ranks):
+        what += f" (ranks {shown[0]}..{shown[-1]} of {len(ranks)})"
     if horizon_s is not None:
-        what += f", first {horizon_s:.4g} s"
-    ax.set_title(f"{_run_title(loaded)}: {what}")
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        what += f", first {style.format_duration(horizon_s)}"
+    ax.set_title(_figure_title(loaded, what))
+    ax.legend(handles=_timeline_handles(spans, present), loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              title=f"spans (at least {MIN_SPAN_PX:g} px wide)", title_fontsize=style.FONT_SIZES["legend"])
     return fig
+
+
+def _kind_order(kinds: set[str]) -> list[str]:
+    """Drawing order: long compute spans first, short comm spans last (on top)."""
+    known = [k for k in ("compute", "wait", "comm") if k in kinds]
+    return known + sorted(kinds - set(known))
+
+
+def _timeline_handles(spans: pd.DataFrame, present: set[str]) -> list[Patch]:
+    """A legend entry for compute, comm and wait, saying "none" for a kind the run never did."""
+    handles = []
+    for kind in ("compute", "comm", "wait", *sorted(present - {"compute", "comm", "wait"})):
+        label = _KIND_LABELS.get(kind, kind) + ("" if kind in present else " (none)")
+        handles.append(Patch(color=style.KIND_COLORS.get(kind, style.OTHER_COLOR), label=label))
+    if (~spans["blocking"]).any():
+        handles.append(Patch(color=style.KIND_COLORS["comm"], alpha=0.6, label="non-blocking\n(thin bar)"))
+    return handles
 
 
 # --------------------------------------------------------------------------- helpers
@@ -350,8 +458,9 @@ def _first_spans(spans: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
 
 
 def _bars(rows: pd.DataFrame, row_of: dict[int, int], low: float, high: float, color: str,
-          alpha: float) -> PolyCollection:
-    x0, x1 = rows["start_s"].to_numpy(), rows["end_s"].to_numpy()
+          alpha: float, min_width_s: float = 0.0) -> PolyCollection:
+    x0 = rows["start_s"].to_numpy()
+    x1 = np.maximum(rows["end_s"].to_numpy(), x0 + min_width_s)
     y = rows["rank"].map(row_of).to_numpy(dtype=float)
     verts = np.stack(
         [np.column_stack([x0, y + low]), np.column_stack([x0, y + high]),
@@ -381,6 +490,20 @@ def _run_title(loaded: LoadedResult) -> str:
     return loaded.algorithm if n is None else f"{loaded.algorithm}, {n} worker{'s' if n != 1 else ''}"
 
 
+def _figure_title(loaded: LoadedResult, what: str) -> str:
+    """``"quickstart (sync, 4 workers): what"``: the scenario's name, the run, what the figure shows."""
+    scenario = loaded.manifest.get("scenario")
+    name = scenario.get("name") if isinstance(scenario, dict) else None
+    return f"{name} ({_run_title(loaded)}): {what}" if name else f"{_run_title(loaded)}: {what}"
+
+
+def _max(*columns: pd.Series) -> float:
+    """The largest finite value of the columns (0 when there is none): a time axis' extent."""
+    values = np.concatenate([np.asarray(c, dtype=float) for c in columns])
+    values = values[np.isfinite(values)]
+    return float(values.max()) if values.size else 0.0
+
+
 def _run_labels(loaded_list: Sequence[LoadedResult]) -> list[str]:
     labels = [r.algorithm for r in loaded_list]
     if len(set(labels)) < len(labels):
@@ -407,23 +530,16 @@ def _legend(ax: Axes) -> None:
 
 
 def _save(fig: Figure, stem: Path) -> list[Path]:
+    """``stem.png`` and ``stem.svg`` at a fixed DPI with no dates or versions in them: the same
+    figure gives the same bytes (:mod:`simdist.plot_style`)."""
     paths = []
-    with matplotlib.rc_context({"svg.hashsalt": "simdist"}):  # stable SVG element ids
+    with matplotlib.rc_context(style.SAVE_RC):  # stable SVG element ids
         for fmt in FORMATS:
             path = stem.with_suffix(f".{fmt}")
-            fig.savefig(path, format=fmt, dpi=110, metadata=_fixed_metadata(fmt))
+            fig.savefig(path, format=fmt, dpi=style.DPI, metadata=style.save_metadata(fmt))
             fig.set_layout_engine("none")  # laid out once by the first save; keep it for the rest
             paths.append(path)
     return paths
-
-
-def _fixed_metadata(fmt: str) -> dict[str, Any]:
-    """No creation dates in the files, so identical runs give identical figures."""
-    if fmt == "svg":
-        return {"Date": None}
-    if fmt == "png":
-        return {"Software": None}
-    return {}
 
 
 # --------------------------------------------------------------------------- sweeps (read sweep.csv)
