@@ -96,7 +96,10 @@ def resolve_reference(base_dir: Path, reference: str | os.PathLike[str]) -> Path
     ``base_dir / reference`` if it exists, else the shipped file of that name if there is one,
     else ``base_dir / reference`` (whose absence the caller reports)."""
     local = base_dir / reference
-    if local.exists():
+    try:
+        if local.exists():
+            return local
+    except OSError:  # a name the filesystem cannot hold (too long): the caller reports it
         return local
     shipped = shipped_file(str(reference))
     return shipped if shipped is not None else local

@@ -46,6 +46,7 @@ from simdist.platform.spec import PlatformSpec
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import Simulation, simulate
 from simdist.training.data import EpochSharder
+from simdist.training.datasets import validation_split_size
 from simdist.training.replica import PhantomTensor
 from test_cohort import assert_same_results, replay_scenario, timing_scenario
 from test_conformance import EPOCHS, PROFILE, TINY
@@ -318,7 +319,8 @@ def test_every_algorithm_completes_under_on_call_with_rendezvous_messages(on_cal
     scenario, a, b = on_call_runs
     assert a.status == "completed" and a.recorder.updates
     assert a.recorder.updates == b.recorder.updates and a.virtual_time_s == b.virtual_time_s
-    shard = EpochSharder(240, scenario.worker_count, scenario.seed).shard_size
+    train = 240 - validation_split_size(240, scenario.validation_split)  # nnt holds its validation split out
+    shard = EpochSharder(train, scenario.worker_count, scenario.seed).shard_size
     assert int(steps_table(a)["batch_size"].sum()) == EPOCHS * shard * scenario.worker_count
     assert a.extra["sent_bytes"] == a.extra["received_bytes"] > 0
 
