@@ -145,8 +145,8 @@ def _cmd_run(args) -> int:
 
     scenario = load_scenario(args.scenario, args.overrides, timing_only=args.timing_only)
     out = Path(args.out) if args.out else default_out_dir(scenario.name, args.scenario)
+    check_estimate(scenario, force=args.force, quiet=args.quiet)  # the input first: a refusal names the scenario
     check_out_dir(out, kind="run", overwrite=args.overwrite)  # before simulating; checked again when written
-    check_estimate(scenario, force=args.force, quiet=args.quiet)
     progress = _LazyProgress(f"{scenario.name} ({scenario.algorithm_name})", not args.quiet and sys.stderr.isatty())
     try:
         result = simulate(scenario, progress=progress)
