@@ -128,7 +128,10 @@ class DbsPolicy(BatchPolicy):
     def _resized(self, reference: list[Any]) -> tuple[int, float]:
         config = self.config
         if config.measure == "compute":
-            ratio = dbs_per_sample_s(reference) / dbs_per_sample_s(self.own)
+            own_s = dbs_per_sample_s(self.own)
+            if own_s <= 0.0:  # compute that costs no time (a zero profile): no speed to compare
+                return self.batch_size, 1.0
+            ratio = dbs_per_sample_s(reference) / own_s
             return dbs_resize(self.batch_size, self.base * ratio, threshold=config.A, b_min=config.b_min,
                               b_max=self.b_max), ratio
         ratio = dbs_speed_ratio(reference, self.own)

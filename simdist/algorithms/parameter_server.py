@@ -14,6 +14,9 @@ is that server's version when it applies the gradient minus the version the work
 Protocol (tags :data:`TAG_PULL`, :data:`TAG_PUSH`, :data:`TAG_WEIGHTS`):
 
 * worker, once at start: send a small pull request to every server, receive ``(w_j, v_j)``;
+  with a shared epoch pool (dbs, :mod:`simdist.training.data_pool`) every pull and push also
+  says how many samples the worker wants next (``want``), and server 0's reply carries that
+  slice of the epoch (``batch``), or None once the pool is exhausted (an acknowledgement);
 * worker loop: load the received weights, compute the gradient of the next batch, push
   shard j of it to server j with the version read, batch size, loss and the time the
   weights were read; then receive the next ``(w_j, v_j)`` — the server's reply to the
