@@ -78,9 +78,9 @@ def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,  # noqa
     if seed is not None:
         overrides += _overrides({"seed": seed})
     validated = _scenario(scenario, overrides)
+    refuse_excess_work(validated, force=force)  # the input first, as simdist run
     if out is not None:
         check_out_dir(Path(out), kind="run", overwrite=overwrite)  # before simulating; checked again when written
-    refuse_excess_work(validated, force=force)
     result = simulate(validated)
     if out is None:
         return Result.from_run(result)

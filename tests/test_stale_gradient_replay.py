@@ -40,7 +40,6 @@ rows, as a single evaluation does.
 from __future__ import annotations
 
 import copy
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path

@@ -71,8 +71,9 @@ class DbsConfig(ParameterServerConfig):
     measure: Literal["compute", "iteration"] = Field(
         "compute", description="compute: size batches from the measured forward/backward time per sample (the "
                                "paper); iteration: from whole-loop times, waiting included. Default compute")
-    m: int = Field(5, ge=1, description="iteration times in the moving window (reported good range 5-10). Default 5")
-    A: float = Field(0.1, gt=0, description="rescale only when |1 - S| > A. Default 0.1")
+    m: int = Field(5, ge=1, description="measurements in the moving window (reported good range 5-10). Default 5")
+    A: float = Field(0.1, gt=0, description="resize only when the new batch differs from the current one by more "
+                                           "than this fraction (measure: iteration: when |1 - S| > A). Default 0.1")
     b_min: int = Field(1, ge=1, description="smallest batch a worker may get. Default 1")
     b_max: int | None = Field(None, ge=1, description="largest batch a worker may get. Default 4 x the base batch")
     rescale: Literal["current", "base"] = Field(
