@@ -167,7 +167,7 @@ def _fastest_step_s(scenario: Scenario, flops: float, layers: int) -> float | No
     """A lower bound of one forward/backward on the scenario's fastest device (None if unknown)."""
     from .platform.compute import ComputeModel, load_profiles
     from .platform.devices import DEVICE_KINDS
-    from .simulate import _profile_paths
+    from .assembly import profile_paths
 
     node = scenario.platform.node
     kind = DEVICE_KINDS.get(node.device.kind)
@@ -175,7 +175,7 @@ def _fastest_step_s(scenario: Scenario, flops: float, layers: int) -> float | No
     share = max([node.device.cpus or 1.0] + [o.cpus for o in scenario.platform.device_overrides if o.cpus])
     device = SimpleNamespace(profile_device=kind.profile_device, peak_flops=node.device.peak_flops or kind.peak_flops)
     try:
-        timing = ComputeModel.timing_for(device, load_profiles(_profile_paths(scenario)), scenario.workload.model.name,
+        timing = ComputeModel.timing_for(device, load_profiles(profile_paths(scenario)), scenario.workload.model.name,
                                          flops, layers, scenario.compute.efficiency, scenario.compute.kernel_overhead_s)
     except InputError:
         return None

@@ -1,10 +1,12 @@
 """Run one scenario in the simulator and return its :class:`~simdist.run_result.RunResult`.
 
-Wires the layers together: platform → compute model and flow network → SimWorld; workload
-→ replicas, data shards and the lazily batched gradient evaluator; the registered
-algorithm → one process per rank. Then it runs virtual time until the first stop
-criterion (epochs done, step or time limit, target accuracy), evaluating the test set at
-the configured interval, and collects everything into a RunResult.
+Builds the run's parts with :func:`~simdist.assembly.assemble_run` (platform, workload, op
+costs, data shards, the registered algorithm: exactly what a real run builds), then what only
+the simulator needs: the compute model and flow network in a SimWorld, the data-loading and
+epoch-end costs, the lazily batched gradient evaluator, and one process per rank. Then it
+runs virtual time until the first stop criterion (epochs done, step or time limit, target
+accuracy), evaluating the test set at the configured interval, and collects everything into
+a RunResult.
 
 Gradient requests are evaluated lazily: compute calls submit (weights, batch) and the first
 result needed evaluates every pending request in one batched call, so workers that start
@@ -16,48 +18,30 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import simpy
 import torch
 
-from .algorithms import ALGORITHMS, AlgorithmContext
-from .content_hash import run_inputs
+from .assembly import assemble_run, epoch_end_costs, profile_paths
 from .errors import InputError
-from .inputfile import file_exists
 from .faults import FaultInjector
-from .platform.compute import ComputeModel, default_profile_paths, load_profile_ops, load_profiles
-from .resources import resolve_reference
-from .platform.op_costs import OpCostModel
+from .platform.compute import ComputeModel, load_profiles
 from .platform.stragglers import StragglerSchedule
-from .platform.topology import Platform
 from .recorder import Recorder
 from .run_result import LinkStats, RankInfo, RunResult
 from .runtime.sim import SimWorld
 from .scenario import Scenario
-from .training.data import EpochSharder, ShardIterator
 from .training.data_loading import build_data_loading
-from .training.epoch_end import EpochEndCosts, EpochEndSchedule, optimizer_state_buffers, save_seconds
 from .training.loss_curve import LossCurveConfig
-from .training.replica import PhantomReplica, PhantomTensor
-from .training.workload import Workload, build_workload
+from .training.replica import PhantomTensor
+from .training.workload import Workload
 
 __all__ = ["simulate", "Simulation", "DEFAULT_EVAL_EVERY_STEPS", "Progress"]
 
 DEFAULT_EVAL_EVERY_STEPS = 50
 
 Progress = Callable[[float, str], None]  # (fraction done 0..1, short status text)
-
-
-def _profile_paths(scenario: Scenario) -> list[Path]:
-    base = Path(scenario.source).parent if scenario.source else Path(".")
-    extra = [resolve_reference(base, p) for p in scenario.compute.profiles]  # or a shipped one by name
-    for i, path in enumerate(extra):
-        if not file_exists(path):
-            raise InputError(f"compute profile {str(path)!r} not found", source=scenario.source,
-                             field=f"compute.profiles[{i}]")
-    return default_profile_paths() + extra
 
 
 def _gradient_source(workload: Workload, timing_only: bool, loss_curve: LossCurveConfig | None):
@@ -101,25 +85,12 @@ class Simulation:
         self.cohort = False  # whether it did
         self.progress = progress
         self.timing_only = scenario.workload.timing_only
-        self.platform = Platform(scenario.platform)
-        self.workers = list(range(scenario.worker_count))
-        try:
-            self.workload = build_workload(
-                scenario.workload.model.name, scenario.workload.model.options,
-                scenario.workload.dataset.name, scenario.workload.dataset.options,
-                scenario.workload.optimizer, scenario.seed, allow_import=scenario.workload.allow_code_import,
-                validation_split=scenario.validation_split)
-        except InputError as exc:  # name the scenario file, as every input error does
-            raise exc.at(source=exc.source or scenario.source) from None
-        if self.workload.dataset.shape_only and not self.timing_only:
-            raise InputError(f"dataset {self.workload.dataset.name!r} holds no sample values; it needs "
-                             "workload.timing_only: true (or --timing-only)", source=scenario.source,
-                             field="workload.dataset")
-        self.inputs = run_inputs(scenario)  # hashed before they are read: a file edited meanwhile reads as changed
-        self.op_costs = OpCostModel(self.platform, load_profile_ops(_profile_paths(scenario)))
+        run = assemble_run(scenario)  # platform, workload, op costs, sharder, algorithm: as a real run builds them
+        self.platform, self.workers, self.workload, self.inputs = run.platform, run.workers, run.workload, run.inputs
+        self.op_costs, self.sharder, self.algorithm = run.op_costs, run.sharder, run.algorithm
         params = self.workload.param_count
         self.compute = ComputeModel(
-            self.platform, load_profiles(_profile_paths(scenario)), model=self.workload.model_name,
+            self.platform, load_profiles(profile_paths(scenario)), model=self.workload.model_name,
             forward_flops_per_sample=self.workload.forward_flops_per_sample,
             parameter_layers=sum(1 for layer in self.workload.layers if layer.forward_flops_per_sample > 0),
             seed=scenario.seed, noise_sigma=scenario.compute.noise_sigma, noise=scenario.compute.noise,
@@ -138,12 +109,8 @@ class Simulation:
                                                          self.platform, self.op_costs.measured)
         except InputError as exc:
             raise exc.at(source=exc.source or scenario.source) from None
-        self.world.epoch_end = self._epoch_end()  # the job's validation pass and checkpoint (ledger eval, checkpoint)
-        try:
-            self.sharder = EpochSharder(len(self.workload.dataset.train_y), len(self.workers), scenario.seed)
-        except InputError as exc:
-            raise exc.at(source=scenario.source, field_prefix="workload.dataset") from None
-        self.algorithm = self._make_algorithm()
+        # the job's validation pass and checkpoint (ledger eval, checkpoint)
+        self.world.epoch_end = epoch_end_costs(run, self.compute.forward_s, self.world.data_loading)
         self.stop = _StopState()
         self.stop_event = self.world.env.event()
         self.best_accuracy: float | None = None
@@ -153,47 +120,6 @@ class Simulation:
         self.process_ranks: list[int] = []
         self.events_processed = 0
         self._background: set[simpy.Event] = set()  # timers that must not keep a stalled run alive
-
-    def _epoch_end(self) -> EpochEndCosts | None:
-        """What the job does at epoch ends (``workload.validation``, ``workload.checkpoint``), priced on this platform."""
-        config, workload = self.scenario.workload, self.workload
-        if config.validation is None and config.checkpoint is None:
-            return None
-        samples = 0
-        if config.validation is not None:
-            held_out = workload.held_out_size  # the validation split, else the test set
-            samples = config.validation.samples or held_out
-            if samples == 0:
-                raise InputError("the dataset has no test samples to validate on; give the validation set's size",
-                                 source=self.scenario.source, field="workload.validation.samples")
-            if samples > held_out and not workload.dataset.shape_only:  # a real run evaluates what it holds
-                raise InputError(f"{samples} is more than the {held_out} held-out samples; give at most "
-                                 f"{held_out} (or leave it out: all of them)", source=self.scenario.source,
-                                 field="workload.validation.samples")
-        return EpochEndCosts(
-            EpochEndSchedule(config.validation, config.checkpoint, self.workers), validation_samples=samples,
-            state_buffers=optimizer_state_buffers(config.optimizer.name, config.optimizer.momentum),
-            params=workload.param_count, forward_s=self.compute.forward_s,
-            save_s=lambda rank, values: save_seconds(self.op_costs, self.platform, rank, values),
-            loading=self.world.data_loading, storage_Bps=self.platform.spec.node.storage_write_bandwidth)
-
-    def _make_algorithm(self):
-        s = self.scenario
-        initial = None if self.timing_only else self.workload.initial_params()
-
-        def make_replica():
-            if self.timing_only:
-                return PhantomReplica(self.workload.param_count, self.workload.optimizer)
-            return self.workload.new_replica(initial.clone())
-
-        ctx = AlgorithmContext(
-            workers=self.workers, node_of=self.platform.node_of, workload=self.workload,
-            batch_size=s.workload.batch_size, seed=s.seed, max_epochs=s.stop.epochs, timing_only=self.timing_only,
-            make_data=lambda i: ShardIterator(self.sharder, i, s.stop.epochs), make_replica=make_replica,
-            eval_max_samples=s.evaluation.max_samples, op_cost=self.op_costs.seconds,
-            platform=self.platform)
-        entry = ALGORITHMS.entry(s.algorithm_name)
-        return entry.factory(s.algorithm_config(), ctx)
 
     # -- evaluation and stopping ---------------------------------------------------------
 

@@ -119,12 +119,12 @@ def test_the_manifest_lists_every_hashed_file(tmp_path):
 
 
 def test_the_hashed_profiles_are_the_ones_a_simulation_reads(tmp_path):
-    from simdist.simulate import _profile_paths
+    from simdist.assembly import profile_paths
 
     _, points = sweep_points(sweep_dir(tmp_path))
     for point in points:
         listed = [f["path"] for f in run_inputs(point.scenario)["files"] if f["kind"] == "profile"]
-        assert listed == [str(p) for p in _profile_paths(point.scenario)]
+        assert listed == [str(p) for p in profile_paths(point.scenario)]
 
 
 def test_a_changed_simdist_version_changes_the_hash_and_recomputes(tmp_path, monkeypatch):

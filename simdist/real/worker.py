@@ -1,8 +1,8 @@
 """``python -m simdist.real.worker SCENARIO --out DIR`` — one rank of a real run (under mpiexec).
 
-Every rank reads the scenario itself and builds workload, data shards and algorithm exactly
-as :class:`~simdist.simulate.Simulation` does (same seed, same initial weights, same data
-order), then drives only its own rank's process with an :class:`~.runtime.MPIRuntime`.
+Every rank reads the scenario itself and builds workload, data shards and algorithm with
+:func:`~simdist.assembly.assemble_run`, as the simulator does (same seed, same initial weights,
+same data order), then drives only its own rank's process with an :class:`~.runtime.MPIRuntime`.
 At the end every rank sends its recorder rows to rank 0, which writes the result directory
 (:func:`~simdist.results.write_result_dir`): the same files and schema as ``simdist run``,
 with wall-clock seconds where the simulator has virtual ones.
@@ -65,7 +65,7 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     from ..results import write_result_dir
     from ..run_result import RankInfo, RunResult
     from ..scenario import load_scenario
-    from ..simulate import Simulation
+    from ..assembly import assemble_run
     from .driver import MPIDriver
     from .runtime import MPIRuntime, MPIWorld
 
@@ -80,7 +80,7 @@ def run_rank(args: argparse.Namespace, comm) -> int:
     if scenario.workload.timing_only:
         raise InputError("real runs need tensors; timing_only is not supported", source=args.scenario,
                          field="workload.timing_only")
-    setup = Simulation(scenario, None)  # builds workload, sharder and algorithm as the simulator does
+    setup = assemble_run(scenario)  # the workload, sharder and algorithm the simulator would run
     if setup.platform.size != size:
         raise InputError(f"the platform has {setup.platform.size} ranks but mpiexec started {size}",
                          source=args.scenario, field="platform")
