@@ -660,7 +660,7 @@ def fit_noise(real_dir: Path, stealer_rank: int, out: Path) -> tuple[dict, dict]
 def predict(config: Config, run: dict[str, Any], profile: Path, overlay: Path, share: float, noise: dict,
             seeds: int, out: Path) -> list[dict[str, Any]]:
     """The three ways of one configuration against its real run: one row each."""
-    from simdist.real.validate import compare, iteration_table
+    from simdist.validation import compare, iteration_table
 
     real_dir = Path(run["dir"])
     rows = []

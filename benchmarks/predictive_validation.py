@@ -74,6 +74,10 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 import yaml
 
+# the fidelity targets: iteration median/p90 |error|; every ledger part of at least LEDGER_SHARE_PCT of the
+# real step within LEDGER_PART_PCT (the same figures simdist validate judges by)
+from simdist.validation.verdict import LEDGER_PART_PCT, LEDGER_SHARE_PCT, TARGET_MEDIAN_PCT, TARGET_P90_PCT
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validation_table import (BASE, SCENARIO, WORKLOADS, load_line, other_load,  # noqa: E402
                               overrides as placement_overrides, wait_idle)
@@ -81,9 +85,6 @@ from validation_table import (BASE, SCENARIO, WORKLOADS, load_line, other_load, 
 ALGORITHMS = ("sync", "asgd", "nsoftsync", "dbs", "daso", "dcs3gd", "nnt")
 DEFAULT_MODELS = "256x256,512x512"
 PARTS = ("compute", "comm", "wait", "host")
-TARGET_MEDIAN_PCT, TARGET_P90_PCT = 10.0, 20.0
-# the time ledger's target: every part of at least this share of the real step within this error
-LEDGER_SHARE_PCT, LEDGER_PART_PCT = 5.0, 15.0
 COLUMNS = (["algorithm", "ranks", "model", "iterations", "median_pct", "p90_pct", "total_pct",
             "real_iteration_ms", "sim_iteration_ms", "mean_iteration_pct"]
            + [f"{part}_{what}" for part in PARTS for what in ("real_ms", "sim_ms", "pct", "contrib_pct")]
@@ -208,7 +209,7 @@ def write_scenario(path: Path, ranks: int, overrides: Sequence[str]) -> Path:
 
 def compare_tables(real: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
     """Per-iteration tables of two runs (worker, iteration, iteration_s, compute_s, comm_s,
-    wait_s; :func:`simdist.real.validate.iteration_table`) paired by worker and iteration, as
+    wait_s; :func:`simdist.validation.iteration_table`) paired by worker and iteration, as
     ``validation.csv`` holds them (``measured_*``, ``predicted_*``)."""
     columns = ["iteration_s", "compute_s", "comm_s", "wait_s"]
     merged = real[["worker", "iteration", *columns]].merge(sim[["worker", "iteration", *columns]],
@@ -377,7 +378,7 @@ def calibrate_network(ranks: int, out: Path, budget_s: float, path_timed: str = 
 def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> dict[str, Any]:
     """Calibrate compute for the point, validate it with that profile and overlay, return its row."""
     from simdist.real.describe import HostLoad
-    from simdist.real.validate import validate
+    from simdist.validation import validate
 
     sets = point_overrides(p["widths"], args.steps, p["sets"])
     here = out / p["label"]

@@ -4,7 +4,7 @@
                                           [--calibrate pilot|isolated] [--pilot-runs 1|2] [--wait-idle S] [--retries N]
                                           [--repeats N] [--repeat-real] [--out results/validation_table]
 
-Each point is ``simdist validate`` (simdist.real.validate.validate) of scenarios/quickstart.yaml
+Each point is ``simdist validate`` (simdist.validation.validate) of scenarios/quickstart.yaml
 with the algorithm swapped in and a workload whose steps the compute model has to get right
 (``--workload``, see WORKLOADS): by default an MLP [512, 512] on a synthetic 64-feature dataset,
 batch 2048 per worker, a forward/backward of about 45 ms at one torch thread, many of the
@@ -24,7 +24,7 @@ the larger), the CPU other virtual machines stole from this one during the real 
 how far the host's speed moved between the pilot and the compared run (isolated
 forward/backward timing, largest |%| of before and after the run), the real
 forward/backwards' wall / CPU time against the simulated one, the replay diagnostic (the
-simulation given the compute cost the run itself measured; see simdist.real.validate), and how
+simulation given the compute cost the run itself measured; see simdist.validation), and how
 many compared iterations had another batch size in the simulation (dbs rescales batches from
 the iteration times it sees, so a near tie can go either way in the two runs). The
 host's load averages are printed before and after: on a host shared with other work the real
@@ -35,7 +35,7 @@ validates every point N times and prints each run's figures; the row is then the
 median median-error (single runs move by 10 points on a shared host). ``--repeat-real`` runs
 every point for real a second time and prints how far the two real runs differ per iteration
 once the second is scaled to the first's level (``again med/p90``; see
-simdist.real.validate.repeatability): the floor under any prediction's per-iteration error on
+simdist.validation.repeatability): the floor under any prediction's per-iteration error on
 this machine. A point that fails prints its error and the table goes on.
 """
 
@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from simdist.real.validate import validate
+from simdist.validation import validate
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 BASE = ["stop.steps=60", "stop.epochs=60", "evaluation.max_samples=200", "workload.model={name: mlp, hidden: [512, 512]}"]

@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .calibrate.cli import add_calibrate_parser
     from .examples import add_examples_parser
-    from .real.cli import add_validate_parser
+    from .validation.cli import add_validate_parser
     from .sweep_cli import add_sweep_parsers
 
     add_calibrate_parser(sub)

@@ -172,7 +172,7 @@ def test_ledgers_compare_part_by_part_leaving_out_the_first_step():
 
 
 def test_validate_writes_the_ledger_comparison(tmp_path):
-    from simdist.real.validate import _compared
+    from simdist.validation.run import _compared
     from simdist.results import write_result_dir
 
     dirs = []

@@ -9,8 +9,8 @@ import pytest
 
 from simdist.errors import InputError
 from simdist.real import launch
-from simdist.real.cli import add_validate_parser
-from simdist.real.validate import validate
+from simdist.validation.cli import add_validate_parser
+from simdist.validation import validate
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 

@@ -15,7 +15,7 @@ import pytest
 
 from simdist.real.calibration import compute_cpu
 from simdist.real.launch import mpi_available, run_real
-from simdist.real.validate import validate
+from simdist.validation import validate
 from simdist.results import load_result_dir
 from simdist.tracefile import span_events
 

@@ -140,7 +140,7 @@ def test_pilot_steps_count_pushes_for_a_parameter_server():
 
 
 def test_validate_rejects_an_unknown_calibration(tmp_path):
-    from simdist.real.validate import validate
+    from simdist.validation import validate
 
     with pytest.raises(InputError, match="unknown calibration 'pilots'"):
         validate(SCENARIO, 2, tmp_path, calibrate="pilots")

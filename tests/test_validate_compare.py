@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simdist.real.validate import _simulate, compare, repeatability, summarize
+from simdist.validation import compare, repeatability, summarize
+from simdist.validation.run import _simulate
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 DBS = ["algorithm={name: dbs}", "workers=3", "stop.steps=40", "evaluation.max_samples=50"]

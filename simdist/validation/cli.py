@@ -7,14 +7,14 @@
 
 Writes ``DIR/pilot`` and ``DIR/pilot-after`` (the calibrating runs, with ``--calibrate pilot``), ``DIR/real`` and
 ``DIR/sim`` (result directories; ``DIR/real-again`` with ``--repeat-real``), ``DIR/validation.csv``,
-``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the summary.
+``DIR/validation.json`` (the summary) and ``DIR/timeline_overlay.png``; prints the verdict: the deciding
+figures, simulated against real, each with its error and target (:mod:`.verdict`), and where the summary is.
 :func:`add_validate_parser` adds the command and sets ``func`` to the handler.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..argtypes import int_between, positive_float
 
@@ -62,7 +62,8 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .validate import validate
+    from .run import validate
+    from .verdict import print_verdict
 
     out = args.out or f"results/validate-{Path(args.scenario).stem}"
     summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
@@ -70,5 +71,5 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                        cores=args.cores, calibrate=args.calibrate, pilot_iterations=args.pilot_iterations,
                        pilot_runs=args.pilot_runs, repeat_real=args.repeat_real, timeout_s=args.timeout_s,
                        plots=not args.no_plots)
-    print(json.dumps(summary, indent=2))
+    print_verdict(summary, str(Path(out) / "validation.json"))
     return 0

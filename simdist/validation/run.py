@@ -1,21 +1,14 @@
 """Real run vs simulation of one scenario: ``validation.csv``, a summary and a timeline overlay.
 
-:func:`validate` runs the scenario for real under mpiexec (:mod:`.launch`), with the ranks
-placed on the host's cores (:mod:`.placement`), then simulates it with the same seed and data
+:func:`validate` runs the scenario for real under mpiexec (:mod:`simdist.real.launch`), with the ranks
+placed on the host's cores (:mod:`simdist.real.placement`), then simulates it with the same seed and data
 order on ``laptop-cpu`` described as the real run was: the same cores shared the same way,
 and a compute profile, host work, server work and link calibrated either from a short *pilot*
 run of the same scenario and placement launched first (``calibrate="pilot"``, the default:
-:mod:`.pilot`; the compared run lends the simulation nothing) or from timings around the
-compared run plus its own CPU accounting (``calibrate="isolated"``: :mod:`.calibration`).
-Then it compares the two result directories iteration by iteration:
+:mod:`simdist.real.pilot`; the compared run lends the simulation nothing) or from timings around the
+compared run plus its own CPU accounting (``calibrate="isolated"``: :mod:`simdist.real.calibration`).
+Then it compares the two result directories iteration by iteration (:mod:`.tables`):
 
-* an *iteration* of a worker is one turn of its loop: from the start of one of its
-  forward/backwards to the start of the next (the last one, cut by the stop, is left out);
-  its compute / comm / wait are the worker's blocking spans in ``trace.json`` inside that
-  window, its step, staleness and loss those of the worker's row in ``steps.csv`` for that
-  gradient (the k-th row with a batch: nnt's neighbour-gradient rows have batch 0). Rows
-  alone would not do: a parameter server writes them when it applies a gradient, and
-  n-softsync applies two gradients of a fast worker in one update, at one instant;
 * ``validation.csv``: per worker and iteration, measured and predicted iteration time,
   compute, comm, wait, staleness and loss, and the iteration time's % error;
 * ``validation_ledger.csv`` (and ``ledger`` in the summary): the two runs' time ledgers
@@ -30,7 +23,7 @@ Then it compares the two result directories iteration by iteration:
   during the real run (``host_foreign_load_cores``, from ``/proc/stat``);
 * with ``repeat_real``, a second real run of the same scenario, seed and placement
   (``real-again/``, ``validation_real_again.csv``) compared with the first in the same way
-  (:func:`repeatability`): how far the machine repeats itself iteration by iteration, the
+  (:func:`~.tables.repeatability`): how far the machine repeats itself iteration by iteration, the
   floor under any prediction's per-iteration error;
 * a diagnostic, ``replay``: the comparison repeated with the simulation given the compute cost
   the real run itself measured (its forward/backwards' CPU time, and the CPU other processes
@@ -44,194 +37,20 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 
 from ..errors import InputError
 from ..ledger import compare_ledgers
 from ..outdir import check_out_dir, open_container, write_file_atomically, write_text_atomically
+from ..real.pilot import PILOT_WARMUP
 from ..resources import shipped_file
-from ..tracefile import span_events
-from .pilot import PILOT_WARMUP
+from .tables import compare, plot_timelines, repeatability, summarize
 
-__all__ = ["iteration_table", "compare", "summarize", "repeatability", "validate", "plot_timelines",
-           "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
+__all__ = ["validate", "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
 
 DEFAULT_OVERLAY = shipped_file("calibration/platforms/host-shm.yaml") or Path("calibration/platforms/host-shm.yaml")
-_COLUMNS = ("iteration_s", "compute_s", "comm_s", "wait_s")
 CALIBRATION_REPEATS = 12  # timed forward/backwards per batch size and worker before the real run
 CALIBRATIONS = ("pilot", "isolated")  # where the simulation's figures come from (see validate)
-
-
-def _spans(result_dir: Path) -> pd.DataFrame:
-    """Blocking spans of ``trace.json``: rank, kind, name, start_s, end_s."""
-    rows = [(e["tid"], e.get("cat", ""), e.get("name", ""), e["ts"] * 1e-6, (e["ts"] + e.get("dur", 0.0)) * 1e-6)
-            for e in span_events(result_dir) if (e.get("args") or {}).get("blocking", True) is not False]
-    return pd.DataFrame(rows, columns=["rank", "kind", "name", "start_s", "end_s"])
-
-
-def _overlap(spans: pd.DataFrame, start: float, end: float) -> float:
-    if spans.empty:
-        return 0.0
-    return float((np.minimum(spans["end_s"], end) - np.maximum(spans["start_s"], start)).clip(lower=0).sum())
-
-
-def iteration_table(result_dir: str | Path) -> pd.DataFrame:
-    """Per worker and iteration: time_s, step, batch_size, iteration_s, compute_s, comm_s, wait_s, staleness, loss."""
-    result_dir = Path(result_dir)
-    steps = pd.read_csv(result_dir / "steps.csv")
-    steps = steps[steps["batch_size"] > 0]  # a worker's own gradients (nnt also logs neighbours' as batch 0)
-    spans = _spans(result_dir)
-    rows = []
-    for worker, own in steps.sort_values("time_s", kind="stable").groupby("worker", sort=True):
-        mine = spans[spans["rank"] == worker]
-        by_kind = {k: mine[mine["kind"] == k] for k in ("compute", "comm", "wait")}
-        starts = sorted(mine[(mine["kind"] == "compute") & (mine["name"] == "forward/backward")]["start_s"])
-        own = list(own.itertuples(index=False))
-        for k, (begin, end) in enumerate(zip(starts, starts[1:]), start=1):
-            row = own[k - 1] if k <= len(own) else None
-            rows.append(dict(worker=int(worker), iteration=k, step=None if row is None else int(row.step), time_s=end,
-                             batch_size=None if row is None else int(row.batch_size), iteration_s=end - begin,
-                             compute_s=_overlap(by_kind["compute"], begin, end),
-                             comm_s=_overlap(by_kind["comm"], begin, end),
-                             wait_s=_overlap(by_kind["wait"], begin, end),
-                             staleness=None if row is None else row.staleness,
-                             loss=None if row is None else row.loss))
-    return pd.DataFrame(rows)
-
-
-def compare(real_dir: str | Path, sim_dir: str | Path) -> pd.DataFrame:
-    """``validation.csv``: measured_* and predicted_* per (worker, iteration), and the % error.
-
-    Iterations are paired by their index per worker. Where an algorithm's choices depend on
-    timing (dbs rescales a worker's batch from the iteration times it has seen), the two runs
-    can give the same iteration different work: ``measured_batch_size`` and
-    ``predicted_batch_size`` show where.
-    """
-    real, sim = iteration_table(real_dir), iteration_table(sim_dir)
-    keys = ["worker", "iteration"]
-    merged = real.merge(sim, on=keys, how="inner", suffixes=("_measured", "_predicted"))
-    out = merged[keys].copy()
-    for column in ("step", "batch_size") + _COLUMNS + ("staleness", "loss"):
-        out[f"measured_{column}"] = merged[f"{column}_measured"]
-        out[f"predicted_{column}"] = merged[f"{column}_predicted"]
-    out["iteration_error_pct"] = 100.0 * (out["predicted_iteration_s"] - out["measured_iteration_s"]) \
-        / out["measured_iteration_s"].where(out["measured_iteration_s"] > 0)
-    return out
-
-
-def summarize(table: pd.DataFrame, real_dir: str | Path, sim_dir: str | Path, *, skip_first: int = 1) -> dict[str, Any]:
-    """Error figures of a :func:`compare` table; the first ``skip_first`` iterations (warm-up) are left out."""
-    real_summary = json.loads((Path(real_dir) / "summary.json").read_text())
-    sim_summary = json.loads((Path(sim_dir) / "summary.json").read_text())
-    steady = table[table["iteration"] > skip_first]
-    errors = steady["iteration_error_pct"].abs().dropna()
-    real_steps, sim_steps = pd.read_csv(Path(real_dir) / "steps.csv"), pd.read_csv(Path(sim_dir) / "steps.csv")
-    budget = int(min(real_steps["step"].max(), sim_steps["step"].max())) if len(real_steps) and len(sim_steps) else 0
-
-    def at_budget(steps: pd.DataFrame) -> pd.DataFrame:
-        rows = steps[(steps["step"] == budget) & steps["loss"].notna()]
-        return rows.groupby("worker", as_index=False)["loss"].mean()
-
-    # workers that logged the budget step in both runs (a simulation stops at the first row reaching it)
-    common = at_budget(real_steps).merge(at_budget(sim_steps), on="worker", suffixes=("_real", "_sim"))
-    if len(common):
-        real_loss, sim_loss = float(common["loss_real"].mean()), float(common["loss_sim"].mean())
-    else:  # asynchronous: whoever delivered the budget step
-        real_rows, sim_rows = at_budget(real_steps), at_budget(sim_steps)
-        real_loss = float(real_rows["loss"].mean()) if len(real_rows) else None
-        sim_loss = float(sim_rows["loss"].mean()) if len(sim_rows) else None
-    both = table.dropna(subset=["measured_loss", "predicted_loss"])
-    same_step = both[both["measured_step"] == both["predicted_step"]]
-    t_real, t_sim = float(real_summary["virtual_time_s"]), float(sim_summary["virtual_time_s"])
-    return {
-        "algorithm": real_summary.get("algorithm"),
-        "workers": real_summary.get("workers"),
-        "iterations_compared": int(len(steady)),
-        "iterations_with_other_batch": _other_batch(steady),
-        "median_abs_iteration_error_pct": float(errors.median()) if len(errors) else None,
-        "p90_abs_iteration_error_pct": float(errors.quantile(0.9)) if len(errors) else None,
-        "measured_total_s": t_real,
-        "predicted_total_s": t_sim,
-        "total_time_error_pct": 100.0 * (t_sim - t_real) / t_real if t_real > 0 else None,
-        "step_budget": budget,
-        "measured_final_loss": real_loss,
-        "predicted_final_loss": sim_loss,
-        "final_loss_difference": None if real_loss is None or sim_loss is None else sim_loss - real_loss,
-        "max_loss_difference_same_step": float((same_step["measured_loss"] - same_step["predicted_loss"]).abs().max())
-        if len(same_step) else None,
-        "measured_mean_staleness": real_summary.get("mean_staleness"),
-        "predicted_mean_staleness": sim_summary.get("mean_staleness"),
-    }
-
-
-def repeatability(table: pd.DataFrame, *, skip_first: int = 1) -> dict[str, Any]:
-    """How far two real runs of one scenario differ per iteration (a :func:`compare` table of
-    the first run as ``measured`` and the second as ``predicted``).
-
-    ``*_abs_iteration_difference_pct`` pair the runs as they are. The host's speed drifts
-    between runs (other virtual machines), which moves every iteration of the second run by
-    the same factor; ``level_ratio`` is that factor (the first run's total iteration time over
-    the second's, over the compared iterations), and ``level_matched_*`` are the differences
-    after the second run is scaled by it. What is left is the run-to-run variation a
-    prediction cannot follow: which of two core-mates got the core first, which worker's
-    message reached the server first. A simulation calibrated to the right level cannot be
-    expected to come closer to one run, iteration by iteration, than another run of the
-    same scenario does.
-    """
-    steady = table[table["iteration"] > skip_first].dropna(subset=["measured_iteration_s", "predicted_iteration_s"])
-    steady = steady[steady["measured_iteration_s"] > 0]
-    if steady.empty:
-        raise ValueError("the two runs have no iteration in common after the warm-up")
-    first, again = steady["measured_iteration_s"], steady["predicted_iteration_s"]
-    level = float(first.sum() / again.sum())
-    raw = (100.0 * (again - first) / first).abs()
-    matched = (100.0 * (again * level - first) / first).abs()
-    return {
-        "iterations_compared": int(len(steady)),
-        "iterations_with_other_batch": _other_batch(steady),
-        "median_abs_iteration_difference_pct": float(raw.median()),
-        "p90_abs_iteration_difference_pct": float(raw.quantile(0.9)),
-        "level_ratio": level,
-        "level_matched_median_abs_iteration_difference_pct": float(matched.median()),
-        "level_matched_p90_abs_iteration_difference_pct": float(matched.quantile(0.9)),
-    }
-
-
-def _other_batch(table: pd.DataFrame) -> int:
-    """How many compared iterations had a different batch size in the two runs."""
-    measured, predicted = table["measured_batch_size"], table["predicted_batch_size"]
-    return int((measured.notna() & predicted.notna() & (measured != predicted)).sum())
-
-
-def plot_timelines(real_dir: str | Path, sim_dir: str | Path, path: str | Path, *, max_s: float | None = None) -> Path:
-    """Measured (upper bar) and simulated (lower bar) spans of every rank on one time axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {"compute": "tab:blue", "comm": "tab:orange", "wait": "tab:grey"}
-    real, sim = _spans(Path(real_dir)), _spans(Path(sim_dir))
-    ranks = sorted(set(real["rank"]) | set(sim["rank"]))
-    fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(ranks)))
-    for y, rank in enumerate(ranks):
-        for offset, spans in ((0.05, real), (-0.4, sim)):
-            mine = spans[spans["rank"] == rank]
-            if max_s is not None:
-                mine = mine[mine["start_s"] < max_s]
-            for kind, colour in colours.items():
-                part = mine[mine["kind"] == kind]
-                ax.broken_barh(list(zip(part["start_s"], part["end_s"] - part["start_s"])), (y + offset, 0.35),
-                               facecolors=colour, label=kind if (y, offset) == (0, 0.05) else None)
-    ax.set_yticks([y + 0.0 for y in range(len(ranks))], [f"rank {r}\nmeasured / sim" for r in ranks])
-    ax.set_xlabel("time (s)")
-    ax.legend(loc="upper right", fontsize="small")
-    fig.tight_layout()
-    path = Path(path)
-    write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=100, format=path.suffix.lstrip(".") or "png"))
-    plt.close(fig)
-    return path
 
 
 def _simulate(scenario: str | Path, overrides: list[str], out: Path, plots: bool) -> Path:
@@ -243,7 +62,7 @@ def _simulate(scenario: str | Path, overrides: list[str], out: Path, plots: bool
 
 
 def _written_table(real_dir: Path, other_dir: Path, csv: Path) -> pd.DataFrame:
-    """:func:`compare` of the two runs, written to ``csv``."""
+    """:func:`~.tables.compare` of the two runs, written to ``csv``."""
     table = compare(real_dir, other_dir)
     write_file_atomically(csv, lambda tmp: table.to_csv(tmp, index=False, float_format="%.9g"))
     return table
@@ -273,8 +92,8 @@ def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir:
     Only the compute model is taken from the run: whatever error is left is communication,
     waiting, sharing and the algorithm's dynamics.
     """
-    from .calibration import fit_run_compute, write_profile
-    from .describe import real_slowdown, sim_slowdown
+    from ..real.calibration import fit_run_compute, write_profile
+    from ..real.describe import real_slowdown, sim_slowdown
 
     fit = fit_run_compute(real_dir, calibrated["forward_backward"])
     profile = write_profile(out / "calibration" / "host-cpu-replay.yaml", workload, fit,
@@ -293,7 +112,7 @@ def _replay(scenario: str | Path, workload: Any, overrides: list[str], real_dir:
 
 
 def _real_again(real_dir: Path, again_dir: Path, load: Any, csv: Path) -> dict[str, Any]:
-    """The second real run against the first (:func:`repeatability`); the table goes to ``csv``."""
+    """The second real run against the first (:func:`~.tables.repeatability`); the table goes to ``csv``."""
     table = _written_table(real_dir, again_dir, csv)
     first = json.loads((real_dir / "summary.json").read_text())
     second = json.loads((again_dir / "summary.json").read_text())
@@ -323,10 +142,10 @@ def _checked(scenario: str | Path, overrides: list[str], profile: str | Path | N
 
 def _run_pilot(scenario: str | Path, scenario_obj: Any, ranks: int, out: Path, overrides: list[str],
                threads: int | None, affinity: str | None, iterations: int | None, timeout_s: float) -> dict[str, Any]:
-    """The pilot run (:mod:`.pilot`): the same scenario and placement, a few iterations per worker."""
-    from .describe import HostLoad
-    from .launch import run_real
-    from .pilot import PILOT_ITERATIONS, PILOT_REPEATS, pilot_steps
+    """The pilot run (:mod:`simdist.real.pilot`): the same scenario and placement, a few iterations per worker."""
+    from ..real.describe import HostLoad
+    from ..real.launch import run_real
+    from ..real.pilot import PILOT_ITERATIONS, PILOT_REPEATS, pilot_steps
 
     steps = pilot_steps(scenario_obj, iterations or PILOT_ITERATIONS)
     with HostLoad() as load:
@@ -343,24 +162,24 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
              timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
     """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
 
-    ``affinity``: ``auto``, ``none`` or cores per rank (:func:`~.placement.plan`); the
+    ``affinity``: ``auto``, ``none`` or cores per rank (:func:`simdist.real.placement.plan`); the
     simulation is told the same sharing. ``calibrate``: ``pilot`` (default: a short real run
     of the same scenario and placement, launched first, calibrates the simulation; see
-    :mod:`.pilot`) or ``isolated`` (forward/backward and network timed around the compared
+    :mod:`simdist.real.pilot`) or ``isolated`` (forward/backward and network timed around the compared
     run, host work read from its trace: quicker, and labelled so in the summary);
-    ``pilot_iterations``: per worker (default :data:`~.pilot.PILOT_ITERATIONS`); ``pilot_runs``:
+    ``pilot_iterations``: per worker (default :data:`simdist.real.pilot.PILOT_ITERATIONS`); ``pilot_runs``:
     1 (a pilot before the compared run) or 2 (default: one before and one after, whose figures
     are averaged, so that a host speed drifting steadily is bracketed, as the isolated timing
     brackets it). ``repeat_real``: run the scenario for real a second time, last, and compare
-    the two real runs (summary ``real_again``, :func:`repeatability`).
+    the two real runs (summary ``real_again``, :func:`~.tables.repeatability`).
     ``profile``: a compute profile to simulate with instead of calibrating one; ``overlay``:
     the network fit used when the run is not calibrated (default host-shm.yaml); ``cores``:
     the cores per node the simulation shares among ranks, instead of what the placement gives.
     """
-    from ..simulate import Simulation
-    from .describe import HostLoad, describe_run, link_overrides, real_slowdown, sim_slowdown
-    from .launch import run_real
-    from .placement import plan, rank_spins
+    from ..assembly import assemble_run
+    from ..real.describe import HostLoad, describe_run, link_overrides, real_slowdown, sim_slowdown
+    from ..real.launch import run_real
+    from ..real.placement import plan, rank_spins
 
     if calibrate not in CALIBRATIONS:
         raise InputError(f"unknown calibration {calibrate!r}; known: {', '.join(CALIBRATIONS)}", source="--calibrate")
@@ -395,7 +214,7 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     if piloted and pilot_runs == 2:  # after the compared run too: the two bracket the host's drift
         pilots.append(pilot("pilot-after"))
     again = real_run("real-again", False) if repeat_real else None
-    setup = Simulation(scenario_obj, None)
+    setup = assemble_run(scenario_obj)  # the workers and workload the simulation will have
     if profile is None:
         own_cores = all(rank_spins(r, ranks, placement.affinity) for r in range(scenario_obj.worker_count))
         profile, extra, figures = describe_run(scenario_obj, setup, real_dir, out, n_threads, overlay,
