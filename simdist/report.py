@@ -30,7 +30,8 @@ import pandas as pd
 
 from .errors import InputError
 from .outdir import staged_dir
-from .plots import (_new_figure, _save, ledger_bars, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
+from .plot_common import new_figure, save_figure
+from .plots import (ledger_bars, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
                     plot_time_to_accuracy)
 from .result_files import load_result_dir
 
@@ -143,9 +144,9 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
                         "Where the time goes: a worker's mean step, stacked by ledger part (ledger.csv), each "
                         f"algorithm at its largest worker count (up to {most})."))
     for name, draw, caption in drawers:
-        fig, ax = _new_figure()
+        fig, ax = new_figure()
         draw(ax)
-        _save(fig, figures / name)
+        save_figure(fig, figures / name)
         drawn[name] = caption
     return drawn
 

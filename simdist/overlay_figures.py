@@ -1,0 +1,76 @@
+"""Several runs on one axes: accuracy against virtual time or steps, staleness distributions.
+
+:func:`overlay_accuracy` and :func:`overlay_staleness` put several loaded runs
+(:class:`~simdist.result_files.LoadedResult`) on one axes, a line per run labelled by its
+algorithm (with its workers, then its folder, where labels would repeat);
+:func:`plot_comparison` writes them as PNG and SVG for ``simdist compare``, and sweep reports
+(:mod:`simdist.report`) draw them for each algorithm's largest point.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from matplotlib.axes import Axes
+
+from .plot_common import legend, new_axes, new_figure, numeric, run_labels, save_figure, staleness_edges
+from .result_files import LoadedResult
+
+__all__ = ["overlay_accuracy", "overlay_staleness", "plot_comparison"]
+
+
+def overlay_accuracy(loaded_list: Sequence[LoadedResult], ax: Axes | None = None, *, x: str = "time_s") -> Axes:
+    """Mean test accuracy of several runs on one axes, one line per run, against virtual time
+    (``x="time_s"``) or global steps (``x="step"``: equal steps compare the math, not the speed)."""
+    ax = ax if ax is not None else new_axes()
+    for loaded, label in zip(loaded_list, run_labels(loaded_list)):
+        evals = numeric(loaded.evals, x, "test_accuracy").dropna()
+        if evals.empty:
+            continue
+        mean = evals.groupby(x)["test_accuracy"].mean()
+        ax.plot(mean.index, mean.to_numpy(), marker="o", markersize=3, label=label)
+    ax.set_xlabel("virtual time (s)" if x == "time_s" else "global step (model updates)")
+    ax.set_ylabel("test accuracy (fraction)")
+    ax.set_title("Test accuracy vs " + ("virtual time" if x == "time_s" else "steps"))
+    legend(ax)
+    return ax
+
+
+def overlay_staleness(loaded_list: Sequence[LoadedResult], ax: Axes | None = None) -> Axes:
+    """Staleness distributions of several runs on one axes (fraction of each run's updates)."""
+    ax = ax if ax is not None else new_axes()
+    values = [numeric(loaded.steps, "staleness")["staleness"].dropna().to_numpy() for loaded in loaded_list]
+    present = [v for v in values if v.size]
+    if present:
+        edges = staleness_edges(np.concatenate(present))
+        for v, label in zip(values, run_labels(loaded_list)):
+            if v.size:
+                ax.hist(v, bins=edges, histtype="step", linewidth=1.5,
+                        weights=np.full(v.size, 1.0 / v.size), label=label)
+    ax.set_xlabel("staleness (model versions)")
+    ax.set_ylabel("fraction of updates")
+    ax.set_title("Staleness distribution")
+    legend(ax)
+    return ax
+
+
+def plot_comparison(loaded_list: Sequence[LoadedResult], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Overlays of several runs (accuracy vs time and vs steps, staleness) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    drawers = (("compare_accuracy_vs_time", lambda ax: overlay_accuracy(loaded_list, ax, x="time_s")),
+               ("compare_accuracy_vs_step", lambda ax: overlay_accuracy(loaded_list, ax, x="step")),
+               ("compare_staleness", lambda ax: overlay_staleness(loaded_list, ax)))
+    has_evals = any(len(r.evals) for r in loaded_list)
+    has_steps = any(len(r.steps) for r in loaded_list)
+    for name, draw in drawers:
+        if (name.startswith("compare_accuracy") and not has_evals) or (name == "compare_staleness" and not has_steps):
+            continue
+        fig, ax = new_figure()
+        draw(ax)
+        written += save_figure(fig, out / name)
+    return written
