@@ -74,6 +74,8 @@ SHELL_TAGS = ("bash", "sh", "console")
 SMALL = ("--set", "stop.steps=3", "--no-plots")
 SHRUNK = ("run", "compare", "sweep", "validate")
 LONG_ENV = "SIMDIST_README_LONG"
+# a network sweep's fewest sizes: two in the rendezvous fit's range, far enough apart that time must grow
+NETWORK_SWEEP = ("--sizes", "0,1KiB,1MiB,4MiB", "--budget-s", "0.02", "--batches", "1")
 # a few timed steps at two batch sizes far enough apart that the step time must grow between them
 TINY_TIMING = ("--repeats", "3", "--rounds", "1", "--warmup", "1", "--batch-sizes", "8,512")
 
@@ -134,12 +136,14 @@ ADJUST: dict[str, Adjust] = {
         "(fewer steps at these close sizes can fit t1 = 0, which it refuses)", append=("--out", "quickstart-profile.yaml")),
     "simdist calibrate network --ranks 2 --out calibration/platforms/host-shm.yaml": Adjust(
         "must not overwrite the repository's fitted overlay; four sizes (two in the rendezvous "
-        "fit's range, the fewest it takes), one short batch each",
+        "fit's range, the fewest it takes, 4x apart so that the larger one's time grows clearly "
+        "above a busy host's noise), one short batch each",
         replace=(("calibration/platforms/host-shm.yaml", "host-shm.yaml"),),
-        append=("--sizes", "0,1KiB,64KiB,128KiB", "--budget-s", "0.01", "--batches", "1")),
+        append=NETWORK_SWEEP),
     "simdist calibrate network --ranks 2 --path runtime --out /tmp/net-runtime.yaml": Adjust(
-        "four sizes, one short batch each",
-        append=("--sizes", "0,1KiB,64KiB,128KiB", "--budget-s", "0.01", "--batches", "1")),
+        "four sizes, one short batch each; through the runtime a message pays ~0.1 ms of overhead, "
+        "so the two large sizes are megabytes apart (64 and 128 KiB were not told apart under load)",
+        append=NETWORK_SWEEP),
     "simdist calibrate cpu-share --ranks 1,2,4": Adjust(
         "its default output is calibration/cpu_share/ in the repository; short rounds",
         append=("--duration-s", "0.05", "--rounds", "1", "--out", "cpu-share.yaml")),
