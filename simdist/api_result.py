@@ -141,17 +141,23 @@ class Result:
 
     # ------------------------------------------------------------------ writing
 
-    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False, plots: bool | None = None) -> Path:
+    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False, plots: bool | None = None,
+             parquet: bool = False) -> Path:
         """Write the result directory at ``directory`` as ``simdist run --out`` does (atomically);
         returns its path.
 
         An existing non-empty directory is refused (:class:`InputError`) unless ``overwrite``
         and simdist wrote it. ``plots``: draw ``plots/`` (default: the scenario's
         ``outputs.plots`` for a run's result; a loaded result keeps what its directory had).
+        ``parquet``: a run's tables as Parquet too, as ``simdist run --parquet`` (a loaded result
+        is copied as it is).
         """
         if self._run is not None:
             draw = bool((self.scenario.get("outputs") or {}).get("plots", True)) if plots is None else plots
-            return write_result_dir(self._run, directory, overwrite=overwrite, plots=draw)
+            return write_result_dir(self._run, directory, overwrite=overwrite, plots=draw, parquet=parquet)
+        if parquet:
+            raise InputError("Parquet tables are written when a run is saved; a loaded result is copied as it is",
+                             source="save(parquet=True)")
         if self.path is None:
             raise InputError("this result has neither a run nor a directory to save from", source="save")
         return self._copy_dir(self.path, Path(directory), overwrite=overwrite, plots=plots)

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timing-only", action="store_true", help="no tensors: payload sizes from the parameter count")
     run.add_argument("--overwrite", action="store_true", help="replace an existing result directory")
     run.add_argument("--no-plots", action="store_true", help="skip the plots/ folder")
+    run.add_argument("--parquet", action="store_true",
+                     help="write every table as Parquet too (steps.parquet beside steps.csv ...; needs pyarrow)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stdout")
     run.add_argument("--force", action="store_true",
                      help="run even where the work estimate exceeds the host's memory or 6 h (docs/reliability.md)")
@@ -147,12 +149,17 @@ def _cmd_run(args) -> int:
     out = Path(args.out) if args.out else default_out_dir(scenario.name, args.scenario)
     check_estimate(scenario, force=args.force, quiet=args.quiet)  # the input first: a refusal names the scenario
     check_out_dir(out, kind="run", overwrite=args.overwrite)  # before simulating; checked again when written
+    if args.parquet:
+        from .results import require_parquet
+
+        require_parquet()  # before simulating: a missing pyarrow is known now
     progress = _LazyProgress(f"{scenario.name} ({scenario.algorithm_name})", not args.quiet and sys.stderr.isatty())
     try:
         result = simulate(scenario, progress=progress)
     finally:
         progress.close()
-    path = write_result_dir(result, out, overwrite=args.overwrite, plots=scenario.outputs.plots and not args.no_plots)
+    path = write_result_dir(result, out, overwrite=args.overwrite, plots=scenario.outputs.plots and not args.no_plots,
+                            parquet=args.parquet)
     if not args.quiet:
         from .metrics import summarize
 

@@ -2,7 +2,8 @@
 
 The layout is the results contract (:mod:`simdist.results` writes it): ``manifest.json``,
 ``summary.json``, the tables ``steps.csv``, ``evals.csv``, ``workers.csv``, ``links.csv``,
-``events.csv`` and ``ledger.csv``, ``trace.json`` and ``plots/``. Reading gives a
+``events.csv`` and ``ledger.csv`` (each may stand as ``.parquet`` instead or beside it:
+the CSV is read where both are), ``trace.json`` and ``plots/``. Reading gives a
 :class:`LoadedResult`: the manifest and summary, and the tables as DataFrames; plots and
 reports start from it and never from a re-run.
 """
@@ -21,7 +22,7 @@ from .errors import InputError
 from .outdir import MARKER
 
 __all__ = ["MANIFEST", "SUMMARY", "TRACE", "PLOTS_DIR", "EVENTS", "LEDGER", "TABLES", "RESULT_FILES",
-           "LoadedResult", "load_result_dir", "load_tables"]
+           "LoadedResult", "load_result_dir", "load_tables", "parquet_name"]
 
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
@@ -72,22 +73,34 @@ def load_result_dir(path: str | os.PathLike[str]) -> LoadedResult:
     return load_tables(directory, _read_json(directory / MANIFEST))
 
 
+def parquet_name(table_name: str) -> str:
+    """``steps.csv`` -> ``steps.parquet``: where a table's Parquet copy stands."""
+    return str(Path(table_name).with_suffix(".parquet"))
+
+
+def _table_path(directory: Path, name: str) -> Path | None:
+    """The file holding table ``name`` (``steps.csv``): the CSV, else its Parquet copy, else None."""
+    for candidate in (name, parquet_name(name)):
+        if (directory / candidate).is_file():
+            return directory / candidate
+    return None
+
+
 def load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:
-    steps_name = "steps.csv" if (directory / "steps.csv").is_file() else "steps.parquet"
-    for name in (steps_name, *TABLES[1:]):
-        if not (directory / name).is_file():
-            missing = "steps.csv" if name == "steps.parquet" else name
-            raise InputError(f"not a simdist result directory: {missing} is missing", source=str(directory))
+    paths = {name: _table_path(directory, name) for name in (*TABLES, EVENTS, LEDGER)}
+    for name in TABLES:
+        if paths[name] is None:
+            raise InputError(f"not a simdist result directory: {name} is missing", source=str(directory))
     return LoadedResult(
         path=directory,
         manifest=manifest,
         summary=_read_json(directory / SUMMARY),
-        steps=_read_table(directory / steps_name),
-        evals=_read_table(directory / "evals.csv"),
-        workers=_read_table(directory / "workers.csv"),
-        links=_read_table(directory / "links.csv"),
-        ledger=_read_table(directory / LEDGER) if (directory / LEDGER).is_file() else None,
-        events=_read_table(directory / EVENTS) if (directory / EVENTS).is_file() else None,
+        steps=_read_table(paths["steps.csv"]),
+        evals=_read_table(paths["evals.csv"]),
+        workers=_read_table(paths["workers.csv"]),
+        links=_read_table(paths["links.csv"]),
+        ledger=None if paths[LEDGER] is None else _read_table(paths[LEDGER]),
+        events=None if paths[EVENTS] is None else _read_table(paths[EVENTS]),
     )
 
 

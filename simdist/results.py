@@ -10,6 +10,9 @@ sibling directory renamed into place), holding:
 ``evals.csv``          time_s, step, worker, test_loss, test_accuracy
 ``workers.csv``        per worker: compute_s, comm_s, idle_s, samples, steps
 ``links.csv``          per link: link, kind, bytes, busy_s
+``ledger.csv``         per rank and step, the parts of the step (:mod:`simdist.ledger`)
+``events.csv``         free-form events (DASO phases, NNT syncs, DBS batch changes ...)
+``*.parquet``          with ``parquet=True``: every table again as Parquet (typed, compressed)
 ``trace.json``         Chrome/Perfetto trace: a process per node, a thread per rank
 ``plots/``             PNG and SVG figures read from the tables above
 ``.simdist-output``    the marker of a folder simdist wrote (:mod:`simdist.outdir`)
@@ -36,13 +39,16 @@ import platform as _platform
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from . import metrics, tracefile
 from .content_hash import content_hash, simdist_version
+from .errors import InputError
 from .ledger import ledger_table
 from .metrics import jsonable
 from .outdir import staged_dir
 from .result_files import (EVENTS, LEDGER, MANIFEST, PLOTS_DIR, RESULT_FILES, SUMMARY, TRACE, LoadedResult,
-                           load_result_dir, load_tables)
+                           load_result_dir, load_tables, parquet_name)
 from .run_result import LinkStats, RankInfo, RunResult
 
 __all__ = [
@@ -52,6 +58,8 @@ __all__ = [
     "LoadedResult",
     "RESULT_FILES",
     "write_result_dir",
+    "require_parquet",
+    "parquet_table",
     "result_tables",
     "load_result_dir",
     "build_manifest",
@@ -67,18 +75,30 @@ _FLOAT_FORMAT = "%.12g"
 
 
 def write_result_dir(result: RunResult, out_dir: str | os.PathLike[str], *, overwrite: bool = False,
-                     plots: bool = True) -> Path:
+                     plots: bool = True, parquet: bool = False) -> Path:
     """Write ``result`` as a result directory at ``out_dir``, atomically; returns ``Path(out_dir)``.
 
     An existing non-empty ``out_dir`` is an :class:`~simdist.errors.InputError` unless
     ``overwrite`` and simdist wrote it (:mod:`simdist.outdir`); then it is replaced only once
     the new directory is complete. The parent directory is created if missing.
-    ``plots=False`` leaves out ``plots/``.
+    ``plots=False`` leaves out ``plots/``; ``parquet=True`` writes every table as Parquet too
+    (``steps.parquet`` beside ``steps.csv`` ...; needs pyarrow: the ``parquet`` extra).
     """
+    if parquet:
+        require_parquet()  # before anything is written
     out = Path(out_dir)
     with staged_dir(out, kind="run", overwrite=overwrite) as tmp:
-        _write_contents(result, tmp, plots=plots)
+        _write_contents(result, tmp, plots=plots, parquet=parquet)
     return out
+
+
+def require_parquet() -> None:
+    """An :class:`~simdist.errors.InputError` (exit 2) unless pyarrow can write Parquet files."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise InputError("writing Parquet tables needs pyarrow: pip install 'simdist[parquet]' (or pyarrow)",
+                         source="--parquet") from None
 
 
 def package_versions() -> dict[str, str]:
@@ -144,11 +164,24 @@ def result_tables(result: RunResult) -> dict[str, Any]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _write_contents(result: RunResult, directory: Path, *, plots: bool) -> None:
+def parquet_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` as Parquet stores it: a column of mixed Python types (an event field that is a
+    number in one event and text in another) becomes text, as it reads back from the CSV."""
+    out = table.copy()
+    for column in out.columns[out.dtypes == object]:
+        kinds = {type(v) for v in out[column] if v is not None and not (isinstance(v, float) and v != v)}
+        if len(kinds) > 1:
+            out[column] = out[column].map(lambda v: v if v is None or (isinstance(v, float) and v != v) else str(v))
+    return out
+
+
+def _write_contents(result: RunResult, directory: Path, *, plots: bool, parquet: bool = False) -> None:
     summary = metrics.summarize(result)
     (directory / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     for name, table in result_tables(result).items():
         table.to_csv(directory / name, index=False, float_format=_FLOAT_FORMAT)
+        if parquet:
+            parquet_table(table).to_parquet(directory / parquet_name(name), index=False)
     tracefile.write_chrome_trace(result, directory / TRACE)
     manifest = build_manifest(result, summary, files=[])
     if plots:
