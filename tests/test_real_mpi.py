@@ -41,9 +41,13 @@ def _check(out: Path, summary: dict) -> pd.DataFrame:
 
 
 def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
+    stages = []
     summary = validate(SCENARIO, 2, tmp_path, overrides=COMMON, calibrate="isolated", repeat_real=True,
-                       timeout_s=120, plots=False)
+                       timeout_s=120, plots=False, progress=lambda done, total, stage: stages.append((done, total, stage)))
     table = _check(tmp_path, summary)
+    # no pilot with isolated calibration: the run, its repeat, the simulation and its replay, then done
+    assert stages == [(0, 4, "real run"), (1, 4, "real run again"), (2, 4, "simulation"), (3, 4, "replay simulation"),
+                      (4, 4, "done")]
     assert summary["calibration"]["source"] == "isolated" and not (tmp_path / "pilot").exists()
     calibration = summary["calibration"]
     assert "host_cpu_per_step_s" in calibration["from_compared_run"]  # labelled as such

@@ -59,17 +59,46 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+class _StageBar:
+    """A rich progress bar on stderr, one step per stage of the validation (pilot, real run, simulation ...)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.task = enabled, None, None
+
+    def __call__(self, done: int, total: int, stage: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("validate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.fields[stage]}"), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("validate", total=total, stage="")
+        self.bar.update(self.task, completed=done, total=total, stage=stage)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
+    import sys
     from pathlib import Path
 
     from .run import validate
     from .verdict import print_verdict
 
     out = args.out or f"results/validate-{Path(args.scenario).stem}"
-    summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
-                       affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,
-                       cores=args.cores, calibrate=args.calibrate, pilot_iterations=args.pilot_iterations,
-                       pilot_runs=args.pilot_runs, repeat_real=args.repeat_real, timeout_s=args.timeout_s,
-                       plots=not args.no_plots)
+    bar = _StageBar(sys.stderr.isatty())
+    try:
+        summary = validate(args.scenario, args.ranks, out, overrides=args.overrides, threads=args.threads,
+                           affinity=args.affinity, overlay=args.network_overlay, profile=args.profile,
+                           cores=args.cores, calibrate=args.calibrate, pilot_iterations=args.pilot_iterations,
+                           pilot_runs=args.pilot_runs, repeat_real=args.repeat_real, timeout_s=args.timeout_s,
+                           plots=not args.no_plots, progress=bar)
+    finally:
+        bar.close()
     print_verdict(summary, str(Path(out) / "validation.json"))
     return 0

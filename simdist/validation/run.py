@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -46,10 +46,11 @@ from ..real.pilot import PILOT_WARMUP
 from ..resources import shipped_file
 from .tables import compare, plot_timelines, repeatability, summarize
 
-__all__ = ["validate", "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
+__all__ = ["validate", "StageProgress", "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
 
 DEFAULT_OVERLAY = shipped_file("calibration/platforms/host-shm.yaml") or Path("calibration/platforms/host-shm.yaml")
 CALIBRATION_REPEATS = 12  # timed forward/backwards per batch size and worker before the real run
+StageProgress = Callable[[int, int, str], None]  # (stages done, stages in all, the stage starting now)
 CALIBRATIONS = ("pilot", "isolated")  # where the simulation's figures come from (see validate)
 
 
@@ -159,7 +160,7 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
              threads: int | None = None, affinity: str | None = "auto", overlay: str | Path | None = None,
              profile: str | Path | None = None, cores: float | None = None, calibrate: str = "pilot",
              pilot_iterations: int | None = None, pilot_runs: int = 2, repeat_real: bool = False,
-             timeout_s: float = 600.0, plots: bool = True) -> dict[str, Any]:
+             timeout_s: float = 600.0, plots: bool = True, progress: StageProgress | None = None) -> dict[str, Any]:
     """Real run + simulation of ``scenario`` on ``ranks`` ranks; writes ``out`` and returns the summary.
 
     ``affinity``: ``auto``, ``none`` or cores per rank (:func:`simdist.real.placement.plan`); the
@@ -175,6 +176,8 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     ``profile``: a compute profile to simulate with instead of calibrating one; ``overlay``:
     the network fit used when the run is not calibrated (default host-shm.yaml); ``cores``:
     the cores per node the simulation shares among ranks, instead of what the placement gives.
+    ``progress``: called as ``progress(done, total, stage)`` before each stage (pilot, real run,
+    simulation ...), e.g. to draw a progress bar: a validation takes a minute or more.
     """
     from ..assembly import assemble_run
     from ..real.describe import HostLoad, describe_run, link_overrides, real_slowdown, sim_slowdown
@@ -196,12 +199,13 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     spec, n_threads = scenario_obj.platform, threads or scenario_obj.compute.threads
     placement = plan(affinity, ranks, nodes=spec.nodes, workers=range(scenario_obj.worker_count), threads=n_threads)
     piloted = profile is None and calibrate == "pilot"
+    stage = _stages(progress, pilots=pilot_runs if piloted else 0, again=repeat_real, replay=profile is None)
 
     def pilot(name: str) -> dict[str, Any]:
         return _run_pilot(scenario, scenario_obj, ranks, out / name, overrides, threads, placement.affinity,
                           pilot_iterations, timeout_s)
 
-    pilots = [pilot("pilot")] if piloted else []
+    pilots = [stage("pilot run", pilot, "pilot")] if piloted else []
 
     def real_run(name: str, with_plots: bool) -> tuple[Path, HostLoad]:
         with HostLoad() as load:
@@ -210,10 +214,10 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
                                calibrate=0 if profile else CALIBRATION_REPEATS)
         return run_dir, load
 
-    real_dir, load = real_run("real", plots)
+    real_dir, load = stage("real run", real_run, "real", plots)
     if piloted and pilot_runs == 2:  # after the compared run too: the two bracket the host's drift
-        pilots.append(pilot("pilot-after"))
-    again = real_run("real-again", False) if repeat_real else None
+        pilots.append(stage("pilot run after", pilot, "pilot-after"))
+    again = stage("real run again", real_run, "real-again", False) if repeat_real else None
     setup = assemble_run(scenario_obj)  # the workers and workload the simulation will have
     if profile is None:
         own_cores = all(rank_spins(r, ranks, placement.affinity) for r in range(scenario_obj.worker_count))
@@ -227,7 +231,7 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
             {"profile": str(profile)}
     sim_overrides = [*overrides, f"compute.profiles=[{Path(profile).resolve()}]", *placement.overrides(), *extra,
                      *(["platform.node.core_sets=null", f"platform.node.cores={cores:g}"] if cores else [])]
-    sim_dir = _simulate(scenario, sim_overrides, out / "sim", plots)
+    sim_dir = stage("simulation", _simulate, scenario, sim_overrides, out / "sim", plots)
     summary = _compared(real_dir, sim_dir, out / "validation.csv")
     summary.update(affinity=placement.affinity or "not pinned", simulated_platform=placement.overrides(),
                    calibration=figures, host_foreign_load_cores=load.cores, host_steal_cores=load.steal_cores,
@@ -235,10 +239,35 @@ def validate(scenario: str | Path, ranks: int, out: str | Path, *, overrides: Se
     if "profile_t0_s" in figures:
         summary["predicted_compute_wall_over_work"] = sim_slowdown(sim_dir, figures["profile_t0_s"],
                                                                    figures["forward_backward"]["t1_s"])
-        summary["replay"] = _replay(scenario, setup.workload, sim_overrides, real_dir, sim_dir, out, figures, plots)
+        summary["replay"] = stage("replay simulation", _replay, scenario, setup.workload, sim_overrides, real_dir,
+                                  sim_dir, out, figures, plots)
     if again is not None:
         summary["real_again"] = _real_again(real_dir, *again, out / "validation_real_again.csv")
     write_text_atomically(out / "validation.json", json.dumps(summary, indent=2) + "\n")
     if plots:
         plot_timelines(real_dir, sim_dir, out / "timeline_overlay.png")
+    stage.finish()
     return summary
+
+
+class _Stages:
+    """Runs a validation's stages one by one, telling ``progress`` which is next (and when all are done)."""
+
+    def __init__(self, progress: StageProgress | None, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, name: str, work: Callable[..., Any], *args: Any) -> Any:
+        if self.progress is not None:
+            self.progress(self.done, self.total, name)
+        result = work(*args)
+        self.done += 1
+        return result
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress(self.total, self.total, "done")
+
+
+def _stages(progress: StageProgress | None, *, pilots: int, again: bool, replay: bool) -> _Stages:
+    """The stage runner of one validation: pilots, the real run (again), the simulation, its replay."""
+    return _Stages(progress, pilots + 1 + int(again) + 1 + int(replay))
