@@ -1,44 +1,62 @@
-"""Reports from a sweep folder: figures, a ranking table, Markdown and HTML; never a re-run.
+"""Reports from a sweep folder: figures, a ranking, per-point tables, Markdown and HTML; never a re-run.
 
 ``simdist report DIR`` reads ``DIR/sweep.json``, ``DIR/sweep.csv`` and the point result
 directories that ``simdist sweep`` wrote, and writes ``reports/<name>/``:
 
 =======================  =====================================================================
-``index.md``             the report: ranking table, then each figure with a sentence
+``index.md``             the report: seeds and baseline, ranking, which algorithms can be told
+                         apart, every point, then each figure with a sentence
 ``index.html``           the same, self-contained apart from the PNGs beside it
 ``ranking.csv``          the ranking table
-``figures/``             PNG + SVG: ``speedup``, ``efficiency``, ``time_to_accuracy``,
-                         ``staleness`` (overlaid histograms), ``accuracy_vs_time`` (overlaid)
+``points.csv``           every group of points that differ only in their seed: n, reached, and
+                         mean, standard deviation and 95 % half-width of each metric, speedup
+                         and efficiency against the baseline
+``figures/``             PNG + SVG: ``speedup``, ``efficiency``, ``time_to_accuracy`` (error bars:
+                         95 % intervals over seeds), ``staleness`` (overlaid histograms),
+                         ``accuracy_vs_time`` (overlaid), ``time_per_step``
 =======================  =====================================================================
 
-The ranking answers "which algorithm wins on this cluster": each algorithm's fastest time to
-the target accuracy over all its points (with the worker count that achieved it), ranked
-ascending; algorithms that never reached the target come last, ordered by best accuracy.
-Overlays of staleness and accuracy use each algorithm's point with the most workers.
+Honest comparisons: every value is a mean over the seeds of its point (a ``seed`` sweep axis;
+:mod:`simdist.aggregate`), never the best seed, with the half-width of its 95 % confidence
+interval and the number of seeds; a seed that never reached the target is counted as such,
+not averaged away. Speedup and efficiency are measured against one common baseline
+(:mod:`simdist.speedup`: the single-worker sync point by default, ``baseline=`` to choose
+another; a stated fallback where the sweep has none), and the report says, per worker count,
+which algorithms cannot be told apart (:mod:`simdist.report_text`).
+
+The ranking answers "which algorithm wins on this cluster": each algorithm at the worker count
+where its mean time to the target accuracy is lowest among those where every seed reached it,
+ranked ascending; algorithms that never reached it in every seed come last, ordered by mean
+best accuracy. Overlays of staleness and accuracy use each algorithm's point with the most
+workers (its first seed).
 """
 
 from __future__ import annotations
 
-import html
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 
+from . import plot_style as style
+from .aggregate import aggregate, column_roles
 from .errors import InputError
 from .outdir import staged_dir
 from .plot_common import new_figure, save_figure
 from .plots import (ledger_bars, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
                     plot_time_to_accuracy)
+from .report_text import html_page, markdown, told_apart
 from .result_files import load_result_dir
+from .speedup import DEFAULT_BASELINE, resolve_baselines, speedup_table
 
-__all__ = ["ranking_table", "write_report", "scaling_mode"]
+__all__ = ["RANKING_COLUMNS", "ranking_table", "points_table", "write_report", "scaling_mode"]
 
-RANKING_COLUMNS = ("rank", "algorithm", "time_to_accuracy_s", "workers", "best_test_accuracy",
-                   "mean_staleness", "speedup_at_max_workers", "max_workers")
+RANKING_COLUMNS = ("rank", "algorithm", "time_to_accuracy_s", "time_to_accuracy_ci95_s", "workers", "seeds",
+                   "reached", "best_test_accuracy", "best_test_accuracy_ci95", "mean_staleness",
+                   "speedup_at_max_workers", "speedup_ci95", "max_workers")
 
 
 def _read_sweep(sweep_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -65,29 +83,44 @@ def scaling_mode(table: pd.DataFrame) -> str:
     return "strong" if all(g.nunique() == 1 for _, g in global_batch.groupby(table["algorithm"])) else "weak"
 
 
-def ranking_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Algorithms ranked by their fastest time to the target accuracy (see module doc)."""
-    from .plots import scaling_table
+def points_table(table: pd.DataFrame, baseline: str | None = None, axes: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per group of points differing only in their seed: :func:`simdist.aggregate.aggregate`'s
+    columns, a ``label`` (series, with its condition where there are several) and the speedup and
+    efficiency columns of :func:`simdist.speedup.speedup_table`."""
+    summary = aggregate(table, axes)
+    speed = speedup_table(table, baseline, axes)
+    keys = ["series", "workers", "condition"]
+    merged = summary.merge(speed[[*keys, "baseline", "paired", "speedup", "speedup_ci95", "efficiency",
+                                  "efficiency_ci95"]], on=keys, how="left")
+    label = merged["series"].where(merged["condition"] == "", merged["series"] + " [" + merged["condition"] + "]")
+    return merged.assign(label=label)
 
-    data = table.copy()
-    for column in ("time_to_accuracy_s", "workers", "best_test_accuracy", "mean_staleness"):
-        data[column] = pd.to_numeric(data.get(column), errors="coerce")
-    scaled = scaling_table(data)
+
+def _best_group(part: pd.DataFrame) -> tuple[pd.Series, bool]:
+    """The group with the lowest mean time to accuracy among those where every seed reached the
+    target; else the one where most seeds reached it, then with the best mean accuracy."""
+    complete = part[(part["reached"] == part["n"]) & part["time_to_accuracy_s"].notna()]
+    if len(complete):
+        return complete.loc[complete["time_to_accuracy_s"].idxmin()], True
+    order = part.assign(_share=part["reached"] / part["n"], _acc=part["best_test_accuracy"].fillna(-1.0))
+    return part.loc[order.sort_values(["_share", "_acc"], ascending=False, kind="stable").index[0]], False
+
+
+def ranking_table(table: pd.DataFrame, baseline: str | None = None, axes: Sequence[str] | None = None) -> pd.DataFrame:
+    """Algorithms ranked by their lowest mean time to the target accuracy (see module doc)."""
+    points = points_table(table, baseline, axes)
     rows = []
-    for name, part in data.groupby("algorithm", sort=False):
-        reached = part.dropna(subset=["time_to_accuracy_s"])
-        best = reached.loc[reached["time_to_accuracy_s"].idxmin()] if len(reached) else part.loc[
-            part["best_test_accuracy"].fillna(-1).idxmax()]
-        mine = scaled[scaled["algorithm"] == name]
-        top = mine.loc[mine["workers"].idxmax()] if len(mine) else None
-        rows.append({"algorithm": name,
-                     "time_to_accuracy_s": best["time_to_accuracy_s"] if len(reached) else np.nan,
-                     "workers": int(best["workers"]),
-                     "best_test_accuracy": part["best_test_accuracy"].max(),
-                     "mean_staleness": best["mean_staleness"],
-                     "speedup_at_max_workers": None if top is None else float(top["speedup"]),
-                     "max_workers": None if top is None else int(top["workers"])})
-    ranked = pd.DataFrame(rows)
+    for label, part in points.groupby("label", sort=False):
+        best, reached = _best_group(part)
+        top = part.loc[part["workers"].idxmax()]
+        rows.append({"algorithm": label, "time_to_accuracy_s": best["time_to_accuracy_s"] if reached else math.nan,
+                     "time_to_accuracy_ci95_s": best["time_to_accuracy_s_ci95"] if reached else math.nan,
+                     "workers": int(best["workers"]), "seeds": int(best["n"]), "reached": int(best["reached"]),
+                     "best_test_accuracy": best["best_test_accuracy"],
+                     "best_test_accuracy_ci95": best["best_test_accuracy_ci95"],
+                     "mean_staleness": best["mean_staleness"], "speedup_at_max_workers": top["speedup"],
+                     "speedup_ci95": top["speedup_ci95"], "max_workers": int(top["workers"])})
+    ranked = pd.DataFrame(rows, columns=[c for c in RANKING_COLUMNS if c != "rank"])
     ranked["_reached"] = ranked["time_to_accuracy_s"].notna()
     ranked = ranked.sort_values(["_reached", "time_to_accuracy_s", "best_test_accuracy"],
                                 ascending=[False, True, False], kind="stable").drop(columns="_reached")
@@ -95,8 +128,8 @@ def ranking_table(table: pd.DataFrame) -> pd.DataFrame:
     return ranked.reset_index(drop=True)[list(RANKING_COLUMNS)]
 
 
-def _largest_points(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path) -> list:
-    """Each algorithm's point with the most workers, loaded (for overlays)."""
+def _largest_points(table: pd.DataFrame, sweep_dir: Path) -> list:
+    """Each algorithm's point with the most workers (the first such row: its first seed), loaded."""
     chosen = []
     data = table.assign(_w=pd.to_numeric(table["workers"], errors="coerce"))
     for _, part in data.groupby("algorithm", sort=False):
@@ -110,26 +143,32 @@ def _worker_ranks(loaded) -> list[int]:
     return [int(w) for w in loaded.workers["worker"]] if "worker" in loaded.workers else []
 
 
-def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Path) -> dict[str, str]:
+def _scaling_drawers(table: pd.DataFrame, baseline: str | None, axes: Sequence[str], against: str) -> list:
+    mode = scaling_mode(table)
+    drawers = []
+    if pd.to_numeric(table["workers"], errors="coerce").nunique() > 1:
+        drawers += [("speedup", lambda ax: plot_speedup(table, ax, scaling=mode, baseline=baseline, axes=axes),
+                     f"{mode.capitalize()} scaling: speedup against workers, each algorithm's throughput over "
+                     f"{against}'s (one common baseline), mean and 95 % interval over seeds, the ideal dashed."),
+                    ("efficiency", lambda ax: plot_efficiency(table, ax, scaling=mode, baseline=baseline, axes=axes),
+                     f"Parallel efficiency against {against}: speedup / (workers / baseline workers); 1.0 is ideal.")]
+    if pd.to_numeric(table.get("target_accuracy"), errors="coerce").notna().any():
+        drawers.append(("time_to_accuracy",
+                        lambda ax: plot_time_to_accuracy(table, ax, baseline=baseline, axes=axes),
+                        "Virtual time until the test accuracy first reaches the target: mean and 95 % interval over "
+                        "the seeds that reached it (k/n beside a point reached in some seeds only), points never "
+                        f"reached on the dotted line at the top, {against}'s time dash-dotted."))
+    return drawers
+
+
+def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Path, baseline: str | None,
+             against: str) -> dict[str, str]:
     """Draw the figures; returns {figure name: caption} of those drawn."""
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    mode = scaling_mode(table)
-    drawn: dict[str, str] = {}
-    multi_workers = pd.to_numeric(table["workers"], errors="coerce").nunique() > 1
-    loaded = _largest_points(meta, table, sweep_dir)
+    loaded = _largest_points(table, sweep_dir)
     most = max((r.n_workers or 0) for r in loaded) if loaded else 0
-    drawers = []
-    if multi_workers:
-        drawers += [("speedup", lambda ax: plot_speedup(table, ax, scaling=mode),
-                     f"{mode.capitalize()} scaling: speedup against workers (throughput relative to the fewest "
-                     "workers), with the ideal linear speedup dashed."),
-                    ("efficiency", lambda ax: plot_efficiency(table, ax, scaling=mode),
-                     "Parallel efficiency (speedup / workers); 1.0 is ideal.")]
-    if pd.to_numeric(table.get("target_accuracy"), errors="coerce").notna().any():
-        drawers.append(("time_to_accuracy", lambda ax: plot_time_to_accuracy(table, ax),
-                        "Virtual time until the test accuracy first reaches the target, per algorithm and "
-                        "worker count (hatched ×: never reached)."))
+    drawers = _scaling_drawers(table, baseline, meta.get("axes") or None, against)
     if any(len(r.steps) for r in loaded):
         drawers.append(("staleness", lambda ax: overlay_staleness(loaded, ax),
                         f"Staleness of applied updates, each algorithm at its largest worker count (up to {most})."))
@@ -143,107 +182,56 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
         drawers.append(("time_per_step", lambda ax: ledger_bars(ledgers, ax),
                         "Where the time goes: a worker's mean step, stacked by ledger part (ledger.csv), each "
                         f"algorithm at its largest worker count (up to {most})."))
+    drawn: dict[str, str] = {}
     for name, draw, caption in drawers:
-        fig, ax = new_figure()
-        draw(ax)
-        save_figure(fig, figures / name)
+        with style.style_context():
+            fig, ax = new_figure()
+            draw(ax)
+            save_figure(style.finish_axes(fig), figures / name)
         drawn[name] = caption
     return drawn
 
 
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return "not reached" if value is not None else "–"
-    if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _markdown(meta: dict[str, Any], ranking: pd.DataFrame, table: pd.DataFrame, figures: dict[str, str],
-              sweep_dir: Path) -> str:
-    target = meta.get("target_accuracy")
-    lines = [f"# {meta.get('name', 'sweep')}: which algorithm wins on this cluster", ""]
-    if meta.get("description"):
-        lines += [str(meta["description"]), ""]
-    lines += [f"Sweep of `{meta.get('scenario', '?')}` over {', '.join(f'`{a}`' for a in meta.get('axes', []))}: "
-              f"{len(table)} of {len(meta.get('points', []))} points complete. Generated by `simdist report` from "
-              f"`{sweep_dir}` (nothing re-simulated).", ""]
-    if len(ranking):
-        winner = ranking.iloc[0]
-        if np.isfinite(winner["time_to_accuracy_s"]):
-            lines += [f"**Winner: {winner['algorithm']}** reaches test accuracy {target} after "
-                      f"{winner['time_to_accuracy_s']:.4g} s of virtual time with {winner['workers']} workers.", ""]
-        else:
-            lines += [f"No algorithm reached the target accuracy {target}.", ""]
-    lines += ["## Ranking by time to accuracy", "",
-              "| " + " | ".join(RANKING_COLUMNS) + " |", "|" + "---|" * len(RANKING_COLUMNS)]
-    for _, row in ranking.iterrows():
-        lines.append("| " + " | ".join(_fmt(row[c]) for c in RANKING_COLUMNS) + " |")
-    lines.append("")
-    for name, caption in figures.items():
-        lines += [f"## {name.replace('_', ' ').capitalize()}", "", f"![{name}](figures/{name}.png)", "", caption, ""]
-    return "\n".join(lines)
-
-
-def _html(markdown: str, title: str) -> str:
-    """A small Markdown-to-HTML rendering of what :func:`_markdown` writes (headings, tables, images, text)."""
-    body: list[str] = []
-    rows: list[list[str]] = []
-
-    def flush_table():
-        if rows:
-            head, *rest = rows
-            body.append("<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr></thead><tbody>"
-                        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rest)
-                        + "</tbody></table>")
-            rows.clear()
-
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            if not all(set(c) <= {"-"} for c in cells):
-                rows.append(cells)
-            continue
-        flush_table()
-        if line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("!["):
-            alt, src = line[2:].split("](", 1)
-            body.append(f'<img src="{html.escape(src.rstrip(")"))}" alt="{html.escape(alt)}">')
-        elif line.strip():
-            text = html.escape(line)
-            while text.count("**") >= 2:
-                text = text.replace("**", "<strong>", 1).replace("**", "</strong>", 1)
-            while text.count("`") >= 2:
-                text = text.replace("`", "<code>", 1).replace("`", "</code>", 1)
-            body.append(f"<p>{text}</p>")
-    flush_table()
-    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #bbb;padding:.3em .6em;text-align:right}img{max-width:100%}")
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+def _baseline_sentences(table: pd.DataFrame, baseline: str | None, axes: Sequence[str] | None) -> list[str]:
+    chosen = resolve_baselines(table, baseline, axes)
+    out = []
+    for condition, base in chosen.items():
+        text = f"`{base.label}`" + (f" under {condition}" if condition else "")
+        if base.fallback:
+            text += f" ({base.fallback}; `{DEFAULT_BASELINE}` is the default)"
+        out.append(text)
+    return out
 
 
 def write_report(sweep_dir: str | os.PathLike[str], reports_dir: str | os.PathLike[str] = "reports", *,
-                 name: str | None = None) -> Path:
-    """Write ``reports_dir/<name>/index.md`` (and ``index.html``, ``ranking.csv``, ``figures/``); returns index.md.
+                 name: str | None = None, baseline: str | None = None) -> Path:
+    """Write ``reports_dir/<name>/index.md`` (and ``index.html``, ``ranking.csv``, ``points.csv``,
+    ``figures/``); returns index.md.
 
-    The folder is written whole and moved into place (:mod:`simdist.outdir`); it replaces an
-    earlier report of that name, never a folder simdist did not write.
+    ``baseline``: ``ALGORITHM@WORKERS`` or ``ALGORITHM`` (at its fewest workers) that speedup and
+    efficiency are measured against; default the single-worker sync point, or a fallback the
+    report names (:mod:`simdist.speedup`). A baseline that is not a point of the sweep is an
+    :class:`~simdist.errors.InputError`. The folder is written whole and moved into place
+    (:mod:`simdist.outdir`); it replaces an earlier report of that name, never a folder simdist
+    did not write.
     """
     sweep = Path(sweep_dir)
     meta, table = _read_sweep(sweep)
     name = name or str(meta.get("name") or sweep.name)
     if not name or "/" in name or name.startswith("."):
         raise InputError(f"report name {name!r} must be a plain folder name", source="--name")
+    axes = meta.get("axes") or None
+    baselines = _baseline_sentences(table, baseline, axes)  # a bad baseline fails before anything is written
+    against = ", ".join(dict.fromkeys(b.label for b in resolve_baselines(table, baseline, axes).values()))
     out = Path(reports_dir) / name
     with staged_dir(out, kind="report", regenerate=True) as tmp:  # replaces only an earlier report
-        ranking = ranking_table(table)
+        ranking = ranking_table(table, baseline, axes)
         ranking.to_csv(tmp / "ranking.csv", index=False, float_format="%.6g")
-        figures = _figures(meta, table, sweep, tmp)
-        markdown = _markdown(meta, ranking, table, figures, sweep)
-        (tmp / "index.md").write_text(markdown, encoding="utf-8")
-        (tmp / "index.html").write_text(_html(markdown, name), encoding="utf-8")
+        points = points_table(table, baseline, axes)
+        points.drop(columns="label").to_csv(tmp / "points.csv", index=False, float_format="%.6g")
+        figures = _figures(meta, table, sweep, tmp, baseline, against)
+        apart = told_apart(table, column_roles(table, axes), meta.get("target_accuracy"))
+        text = markdown(meta, ranking, points, column_roles(table, axes), apart, baselines, figures, sweep, len(table))
+        (tmp / "index.md").write_text(text, encoding="utf-8")
+        (tmp / "index.html").write_text(html_page(text, name), encoding="utf-8")
     return out / "index.md"

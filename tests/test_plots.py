@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.axes import Axes
+from matplotlib.container import ErrorbarContainer
 
-from simdist.plots import FIGURES, overlay_accuracy, overlay_staleness, plot_result_dir, plot_tables
+from simdist import plot_style as style
+from simdist.plot_common import new_figure, save_figure
+from simdist.plots import (FIGURES, overlay_accuracy, overlay_staleness, plot_efficiency, plot_result_dir,
+                           plot_speedup, plot_tables, plot_time_to_accuracy)
+from simdist.scaling_figures import NOT_REACHED_Y
 from simdist.recorder import Recorder
 from simdist.results import load_result_dir, write_result_dir
 
@@ -139,3 +146,66 @@ def test_changing_batch_sizes_draw_the_batch_size_figure(tmp_path):
                                batch_size=size, loss=1.0)
     out = write_result_dir(result, tmp_path / "run")
     assert (out / "plots" / "batch_size_vs_time.png").read_bytes().startswith(PNG_MAGIC)
+
+
+SWEEP = pd.DataFrame({
+    "algorithm": ["sync"] * 6 + ["asgd"] * 6 + ["dbs"] * 6 + ["nsoftsync"] * 6,
+    "workers": [1, 1, 2, 2, 4, 4] * 4, "seed": [0, 1] * 12,
+    "throughput_samples_per_s": [10.0, 12.0, 18.0, 20.0, 30.0, 34.0] + [9.0, 11.0, 19.0, 23.0, 35.0, 37.0] * 2
+    + [8.0, 9.0, 12.0, 14.0, 15.0, 16.0],
+    "time_to_accuracy_s": [5.0, 6.0, 3.0, 3.2, 2.0, 2.2] + [5.5, 6.5, 2.0, 2.5, 1.0, None] * 2
+    + [7.0, 7.5, None, None, None, None],
+    "target_accuracy": [0.9] * 24,
+})
+
+
+def _tick_texts(ax: Axes) -> list[str]:
+    ax.figure.canvas.draw()
+    texts = [t.get_text() for axis in (ax.xaxis, ax.yaxis) for t in axis.get_ticklabels() if t.get_text()]
+    assert ax.xaxis.get_offset_text().get_text() == "" and ax.yaxis.get_offset_text().get_text() == ""
+    return texts
+
+
+@pytest.mark.parametrize("draw", [plot_speedup, plot_efficiency, plot_time_to_accuracy])
+def test_scaling_figures_have_error_bars_merged_twins_and_plain_ticks(draw):
+    ax = draw(SWEEP)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "asgd = dbs" in labels and "asgd" not in labels and "dbs" not in labels
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert {c.get_label() for c in bars} >= {"sync", "asgd = dbs"}
+    caps = [seg for c in bars if c.get_label() == "sync" for seg in c.lines[2][0].get_segments()]
+    assert any(abs(seg[1][1] - seg[0][1]) > 0 for seg in caps)  # two seeds that differ: a visible interval
+    for text in _tick_texts(ax):
+        assert re.fullmatch(r"[0-9.,]+", text), text  # no offset, no exponent, no mathtext
+    assert "seeds" in ax.get_title()
+
+
+def test_speedup_is_against_one_baseline_with_the_ideal_line():
+    ax = plot_speedup(SWEEP)
+    assert "against sync@1" in ax.get_title() and "over 2 seeds" in ax.get_title()
+    ideal = next(line for line in ax.get_lines() if line.get_label() == "ideal")
+    assert list(ideal.get_xdata()) == [1, 2, 4] and list(ideal.get_ydata()) == [1, 2, 4]
+    sync = next(c for c in ax.containers if c.get_label() == "sync")
+    assert list(sync.lines[0].get_ydata()) == pytest.approx([1.0, (1.8 + 20 / 12) / 2, (3.0 + 34 / 12) / 2])
+    other = plot_speedup(SWEEP, baseline="asgd@1")
+    assert "against asgd@1" in other.get_title()
+
+
+def test_time_to_accuracy_draws_never_reached_at_the_top_and_counts_partial_seeds():
+    ax = plot_time_to_accuracy(SWEEP)
+    texts = [t.get_text() for t in ax.texts]
+    assert "not reached" in texts and "1/2" in texts  # asgd = dbs reached at 4 workers in one seed of two
+    top = [line for line in ax.get_lines() if list(line.get_ydata()) == [NOT_REACHED_Y] * 2]
+    assert len(top) == 2  # the dotted line and nsoftsync's hollow markers at 2 and 4 workers
+    assert any(line.get_label().startswith("baseline sync@1") for line in ax.get_lines())
+
+
+def test_scaling_figures_redraw_byte_identical(tmp_path):
+    def draw(stem):
+        with style.style_context():
+            fig, ax = new_figure()
+            plot_speedup(SWEEP, ax)
+            return save_figure(style.finish_axes(fig), stem)
+
+    first, second = draw(tmp_path / "a"), draw(tmp_path / "b")
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
