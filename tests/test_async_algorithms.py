@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from simdist.algorithms import parameter_server
 from simdist.errors import InputError
 from helpers import run_by_hand, wire_and_run
+from simdist.runtime import sim_messages
 from simdist.runtime.base import GradResult
-from simdist.training.replica import Handover
 from simdist.scenario import scenario_from_dict
 from simdist.simulate import simulate
 from simdist.training.data import EpochSharder, ShardIterator
@@ -192,12 +191,13 @@ def test_two_runs_are_identical(case):
 @pytest.mark.parametrize("case", ["asgd", "asgd-2-servers", "nsoftsync-n1-after-update-heterogeneous",
                                   "dbs-heterogeneous"])
 def test_messages_without_copies_give_the_run_with_copies(case, monkeypatch):
-    """Gradients and weights travel as handovers; copying them at every send changes nothing."""
+    """Gradients and weights are sent with handover=True (uncopied); copying them at every send changes nothing."""
     def final_params(algorithm):
         return next(iter(algorithm.evaluation_replicas().values())).params
 
     shared_algorithm, shared_world, _ = run_by_hand(scenario(**CASES[case]))
-    monkeypatch.setattr(parameter_server, "Handover", lambda value: value)  # snapshot() copies plain tensors
+    copying = sim_messages.sent_copy
+    monkeypatch.setattr(sim_messages, "sent_copy", lambda payload, handover=False: copying(payload))  # every tensor
     copied_algorithm, copied_world, _ = run_by_hand(scenario(**CASES[case]))
     assert shared_world.recorder.updates == copied_world.recorder.updates
     assert torch.equal(final_params(shared_algorithm), final_params(copied_algorithm))
@@ -215,8 +215,8 @@ def test_gradients_evaluated_when_applied_give_the_run_evaluated_at_the_push(cas
     server, fewer and larger evaluations; every loss is reduced over its own request's rows, so
     the recorded losses are the same bits too (see ``GradientEvaluator._fast_batched``)."""
     late_algorithm, late_world, late_workload, _ = wire_and_run(scenario(**CASES[case], **options))
-    monkeypatch.setattr(GradResult, "grad_later", lambda self, start, stop: Handover(self.grad[start:stop]))
-    monkeypatch.setattr(GradResult, "loss_later", lambda self: self.loss)
+    monkeypatch.setattr(GradResult, "grad_for_message", lambda self, start, stop: self.grad[start:stop])
+    monkeypatch.setattr(GradResult, "loss_for_message", lambda self: self.loss)
     eager_algorithm, eager_world, eager_workload, _ = wire_and_run(scenario(**CASES[case], **options))
     late_rows, eager_rows = late_world.recorder.updates, eager_world.recorder.updates
     assert late_rows == eager_rows

@@ -19,7 +19,7 @@ from simdist.training import (
     payload_nbytes,
     snapshot,
 )
-from simdist.training.replica import Deferred, Handover, resolved, sent_copy
+from simdist.runtime.payloads import Deferred, computed, resolved, sent_copy
 
 
 def _flat(module: nn.Module, attr: str = "data") -> torch.Tensor:
@@ -207,19 +207,30 @@ def test_adopt_shares_the_tensor_and_load_copies():
     assert phantom.params.numel() == 4
 
 
-def test_a_handover_is_sent_without_a_copy_and_sized_as_its_value():
-    t = torch.zeros(10)
-    message = {"grad": Handover(t), "step": 3, "parts": [Handover(t), t]}
-    sent = snapshot(message)
-    assert sent["grad"] is t and sent["parts"][0] is t and sent["parts"][1] is not t
-    assert payload_nbytes(message) == payload_nbytes({"grad": t, "step": 3, "parts": [t, t]}) == 40 + 8 + 80
-    assert payload_nbytes(Handover(PhantomTensor(10, torch.bfloat16))) == 20
+def test_a_handover_keeps_the_tensors_uncopied_and_copies_the_rest():
+    t, times = torch.zeros(10), [1.0, 2.0]
+    message = {"grad": t, "step": 3, "parts": [t, (t, times)]}
+    sent = snapshot(message, handover=True)
+    assert sent["grad"] is t and sent["parts"][0] is t and sent["parts"][1][0] is t
+    assert sent["parts"] is not message["parts"] and sent["parts"][1][1] is not times and sent["parts"][1][1] == times
+    assert snapshot(t, handover=True) is t and snapshot(t) is not t
+    assert payload_nbytes(message) == 40 + 8 + 40 + 40 + 16
 
 
-def test_a_handover_pickles_as_its_value():
-    """The MPI runtime pickles payloads: the receiver gets the bare value."""
-    message = pickle.loads(pickle.dumps({"grad": Handover(torch.arange(3.0)), "version": 2}))
-    assert torch.equal(message["grad"], torch.arange(3.0)) and message["version"] == 2
+def test_work_on_deferred_inputs_is_evaluated_now_or_deferred_when_lazy():
+    calls = []
+
+    def evaluate():
+        calls.append(1)
+        return torch.arange(3.0)
+
+    assert computed(lambda a, b: a + b, (1, 2)) == 3 and computed(lambda: 5) == 5  # plain inputs: at once
+    lazy = computed(lambda total, grad: total + grad, (torch.ones(3), Deferred(evaluate, 12)), lazy=True)
+    assert type(lazy) is Deferred and calls == []
+    assert payload_nbytes(lazy) == 12 and calls == [1]  # sized by its value, which evaluates it
+    assert resolved(lazy).tolist() == [1.0, 2.0, 3.0]
+    assert computed(lambda grad: grad * 2, (Deferred(evaluate, 12),)).tolist() == [0.0, 2.0, 4.0]  # not lazy: now
+    assert calls == [1, 1]
 
 
 def test_a_deferred_is_sized_and_sent_unevaluated_and_evaluated_once():
@@ -246,14 +257,15 @@ def test_a_deferred_pickles_as_its_value():
 
 
 @pytest.mark.parametrize("payload", [
-    {"grad": Handover(torch.zeros(10)), "step": 3, "meta": [1.0, None, "abc"], "w": torch.ones(2)},
+    {"grad": Deferred(lambda: torch.zeros(10), 40), "step": 3, "meta": [1.0, None, "abc"], "w": torch.ones(2)},
     {"params": None, "version": 2, "reference_times_s": [0.1, 0.2]},
     torch.arange(5.0), [torch.ones(3), 4], "text", 2.5,
 ])
-def test_sent_copy_is_the_snapshot_and_the_size_in_one_pass(payload):
-    data, nbytes = sent_copy(payload)
+@pytest.mark.parametrize("handover", [False, True])
+def test_sent_copy_is_the_snapshot_and_the_size_in_one_pass(payload, handover):
+    data, nbytes = sent_copy(payload, handover)
     assert nbytes == payload_nbytes(payload)
-    expected = snapshot(payload)
+    expected = snapshot(payload, handover)
     assert repr(data) == repr(expected) and type(data) is type(expected)
     if isinstance(payload, dict) and "w" in payload:
-        assert data["w"] is not payload["w"] and data["grad"] is payload["grad"].value  # copied / handed over
+        assert (data["w"] is payload["w"]) == handover and data["grad"] is payload["grad"]  # copied unless handed over

@@ -136,9 +136,9 @@ def test_bucketed_pushes_conserve_samples_with_several_workers(name, options):
 def test_each_bucket_is_a_message_of_its_own(monkeypatch):
     sent, send = Counter(), SimWorld.send
 
-    def counting(self, src, dst, payload, tag=0):
+    def counting(self, src, dst, payload, tag=0, **kwargs):
         sent[(dst, tag)] += 1
-        return send(self, src, dst, payload, tag)
+        return send(self, src, dst, payload, tag, **kwargs)
 
     monkeypatch.setattr(SimWorld, "send", counting)
     result = simulate(scenario("asgd", workers=1, servers=2, push="buckets"))

@@ -16,7 +16,6 @@ from conftest import Sized
 from simdist.errors import SimulationError
 from simdist.platform.links import LINK_KINDS
 from simdist.runtime.base import ANY
-from simdist.training.replica import resolved
 
 T0, T1 = 1e-3, 1e-4
 LATENCY_S = 0.11e-6  # shm port-to-port, paid once per route
@@ -246,14 +245,15 @@ def test_a_gradient_sent_unread_is_evaluated_when_its_receiver_reads_it(make_wor
 
     def worker(rt):
         result = yield rt.compute(SimpleNamespace(params=torch.zeros(4)), Sized(4))
-        rt.send(1, {"grad": result.grad_later(1, 3), "loss": result.loss_later()})
+        rt.send(1, {"grad": result.grad_for_message(1, 3), "loss": result.loss_for_message()}, handover=True)
         got["sent, evaluated"] = list(evaluated)
 
     def receiver(rt):
         message = yield rt.recv()
         got["nbytes"] = message.nbytes
         got["received, evaluated"] = list(evaluated)
-        got["values"] = (resolved(message.payload["grad"]).tolist(), resolved(message.payload["loss"]))
+        got["values"] = yield rt.busy(0.0, "read", run=lambda grad, loss: (grad.tolist(), loss),
+                                      inputs=(message.payload["grad"], message.payload["loss"]))
 
     run_world(world, {0: worker, 1: receiver})
     assert got == {"sent, evaluated": [], "nbytes": 2 * 4 + 8, "received, evaluated": [],
@@ -268,13 +268,61 @@ def test_a_gradient_read_before_the_send_travels_as_its_value(make_world, run_wo
     def worker(rt):
         result = yield rt.compute(SimpleNamespace(params=torch.zeros(4)), Sized(4))
         assert result.loss == 0.5
-        rt.send(1, {"grad": result.grad_later(0, 2), "loss": result.loss_later()})
+        rt.send(1, {"grad": result.grad_for_message(0, 2), "loss": result.loss_for_message()}, handover=True)
 
     def receiver(rt):
         got["payload"] = (yield rt.recv()).payload
 
     run_world(world, {0: worker, 1: receiver})
     assert got["payload"]["grad"].tolist() == [0.0, 1.0] and got["payload"]["loss"] == 0.5
+
+
+def test_a_handed_over_tensor_is_sent_without_a_copy_and_sized_as_itself(make_world, run_world):
+    world = make_world(2)
+    weights, header = torch.arange(250.0), [1.0, 2.0]
+    got = {}
+
+    def sender(rt):
+        rt.send(1, {"params": weights, "version": 3, "times": header}, handover=True)
+        header.append(3.0)  # containers are still copied: only tensors are handed over
+        yield from ()
+
+    def receiver(rt):
+        got["message"] = yield rt.recv()
+
+    run_world(world, {0: sender, 1: receiver})
+    payload = got["message"].payload
+    assert payload["params"] is weights and payload["version"] == 3 and payload["times"] == [1.0, 2.0]
+    assert got["message"].nbytes == 1000 + 8 + 16
+
+
+def test_lazy_work_on_an_unevaluated_gradient_waits_until_its_value_is_read(make_world, run_world):
+    evaluated = []
+
+    def source(rank, replica, batch):
+        def evaluate():
+            evaluated.append(rank)
+            return torch.arange(4.0), 0.25
+        return evaluate
+
+    world = make_world(2, gradient_source=source)
+    got = {}
+
+    def worker(rt):
+        result = yield rt.compute(SimpleNamespace(params=torch.zeros(4)), Sized(4))
+        rt.send(1, {"grad": result.grad_for_message(0, 4), "loss": result.loss_for_message()}, handover=True)
+
+    def receiver(rt):
+        payload = (yield rt.recv()).payload
+        doubled = yield rt.busy(0.0, "double", run=lambda grad: grad * 2, inputs=(payload["grad"],), lazy=True)
+        got["after lazy work, evaluated"] = list(evaluated)
+        got["values"] = yield rt.busy(0.0, "read", run=lambda total: total.tolist(), inputs=(doubled,))
+        rt.record("update", worker=0, step=1, version=1, staleness=0, batch_size=4, loss=payload["loss"])
+
+    run_world(world, {0: worker, 1: receiver})
+    assert got == {"after lazy work, evaluated": [], "values": [0.0, 2.0, 4.0, 6.0]}
+    assert evaluated == [0]
+    assert world.recorder.updates[0]["loss"] == 0.25  # a loss sent unevaluated is recorded as its value
 
 
 def test_at_fraction_fires_inside_the_compute(make_world, run_world):

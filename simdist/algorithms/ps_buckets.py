@@ -37,14 +37,13 @@ finished before any bucket is packed) has no span of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from ..training.replica import Deferred, resolved
 from .sync import Bucket, gradient_buckets
 from .tensors import flat_concat
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "Piece", "BucketPlan", "plan_buckets", "pieces_per_server", "pack_schedule",
-           "push_in_buckets", "PieceAssembly", "lazily"]
+           "push_in_buckets", "PieceAssembly"]
 
 DEFAULT_BUCKET_BYTES = 25 * (1 << 20)  # PyTorch DDP's bucket_cap_mb = 25 (MiB)
 
@@ -119,7 +118,7 @@ def push_in_buckets(rt: Any, computing: Any, plans: Sequence[BucketPlan], pack_s
     ``headers``: the push's fields for each server. The return value is the compute's result.
     """
     result = computing.partial_result()
-    loss = result.loss_later()  # taken once: a shard's server may evaluate the gradient before the last bucket
+    loss = result.loss_for_message()  # taken once: a shard's server may evaluate the gradient before the last bucket
     schedule = pack_schedule([p.bucket.ready_fraction for p in plans], pack_s, result.end_s - result.start_s)
     for plan, (fraction, after_s) in zip(plans, schedule):
         if fraction < 1.0:
@@ -132,13 +131,13 @@ def push_in_buckets(rt: Any, computing: Any, plans: Sequence[BucketPlan], pack_s
         for piece, part in zip(plan.pieces, parts):
             server = servers[piece.server]
             rt.send(server.rank, {"grad": part, "offset": piece.start - server.start, "loss": loss,
-                                  **headers[piece.server]}, tag=tag)
+                                  **headers[piece.server]}, tag=tag, handover=True)
     return (yield computing)
 
 
 def _pack(result: Any, plan: BucketPlan) -> list[Any]:
-    """The bucket's pieces as they go on the wire (unevaluated in the simulator, see GradResult)."""
-    return [result.grad_later(piece.start, piece.stop) for piece in plan.pieces]
+    """The bucket's pieces as they go on the wire (see ``GradResult.grad_for_message``)."""
+    return [result.grad_for_message(piece.start, piece.stop) for piece in plan.pieces]
 
 
 class PieceAssembly:
@@ -148,16 +147,19 @@ class PieceAssembly:
         self.expected = expected
         self._parts: dict[int, list[dict[str, Any]]] = {}
 
-    def complete(self, rt: Any, message: Any, copy_s: float, nbytes: int):
+    def complete(self, rt: Any, message: Any, copy_s: float):
         """The push ``message`` completes, or None (a generator): a whole push as it came; a
         bucketed push's last piece joins its pieces into the shard's gradient (``unpack
-        gradient``, ``copy_s`` seconds; ``nbytes``: the shard's)."""
+        gradient``, ``copy_s`` seconds; pieces not evaluated yet stay so, ``lazy``)."""
         if self.expected == 1:
             return message.payload
         parts = self.add(message.src, message.payload)
         if parts is None:
             return None
-        return (yield rt.busy(copy_s, "unpack gradient", run=lambda: self.joined(parts, nbytes)))
+        ordered = self.ordered(parts)
+        grad = yield rt.busy(copy_s, "unpack gradient", run=lambda *grads: flat_concat(grads),
+                             inputs=[part["grad"] for part in ordered], lazy=True)
+        return {**ordered[0], "grad": grad}
 
     def add(self, src: int, push: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The push's pieces once all ``expected`` have arrived from ``src``, else None."""
@@ -169,21 +171,6 @@ class PieceAssembly:
         return parts
 
     @staticmethod
-    def joined(parts: list[dict[str, Any]], nbytes: int) -> dict[str, Any]:
-        """One push from its pieces: their header and the shard's gradient in offset order."""
-        ordered = sorted(parts, key=lambda part: part["offset"])  # pieces may overtake each other
-        grad = lazily(lambda *grads: flat_concat(grads), *(part["grad"] for part in ordered), nbytes=nbytes)
-        return {**ordered[0], "grad": grad}
-
-
-def lazily(compute: Callable[..., Any], *parts: Any, nbytes: int) -> Any:
-    """``compute(*parts)`` now, or later if a part is a :class:`~simdist.training.replica.Deferred`.
-
-    A gradient the simulator has not evaluated yet stays unevaluated through the server's
-    arithmetic on it (it is evaluated, batched with every queued request, when the update
-    reads it); values already there (every real run) are computed at once, inside the span
-    that times the work.
-    """
-    if any(type(part) is Deferred for part in parts):
-        return Deferred(lambda: compute(*(resolved(part) for part in parts)), nbytes)
-    return compute(*parts)
+    def ordered(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A push's pieces in offset order (pieces may overtake each other)."""
+        return sorted(parts, key=lambda part: part["offset"])

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ from ..errors import SimulationError
 from ..ledger import work_span_name
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
-from ..training.replica import payload_nbytes
+from ..runtime.payloads import payload_nbytes
 from .progress import Progress, probe_progress
 from .requests import CollectiveRequest, ComputeRequest, Done, RecvRequest, Request, SendRequest
 from .wire import pack, unpack
@@ -333,14 +333,15 @@ class MPIRuntime:
         return ComputeRequest(GradResult(grad, loss, int(batch.size), start, end))
 
     def busy(self, duration_s: float, name: str = "busy", *, part: str | None = None,
-             run: Callable[[], Any] | None = None) -> Request:
-        """``run()`` timed as the algorithm's own work (``duration_s`` is the simulator's model of it)."""
+             run: Callable[..., Any] | None = None, inputs: Sequence[Any] = (), lazy: bool = False) -> Request:
+        """``run(*inputs)`` timed as the algorithm's own work (``duration_s`` is the simulator's model
+        of it). Inputs are values already (``lazy`` changes nothing here)."""
         name = work_span_name(name, part)
         if run is None:
             return Done("busy", name, self.now())  # the work is done for real in the caller, untimed
         world = self.world
         start, cpu = self.now(), time.thread_time()
-        value = run()
+        value = run(*inputs)
         world.cpu.compute_s += time.thread_time() - cpu  # timed apart: not host work between calls
         world.span("compute", name, start, self.now())
         return Done("busy", name, start, value)
@@ -355,7 +356,8 @@ class MPIRuntime:
         world.span("compute", name, start, self.now(), samples=int(samples), inference_cpu_s=cpu)
         return Done("compute", name, start, value)
 
-    def send(self, dst: int, payload: Any, tag: int = 0) -> SendRequest:
+    def send(self, dst: int, payload: Any, tag: int = 0, *, handover: bool = False) -> SendRequest:
+        """A buffered send: the payload is serialised at the call, so handing it over saves nothing here."""
         return self.world.send(dst, payload, tag)
 
     def recv(self, src: int = ANY, tag: int = ANY) -> RecvRequest:

@@ -15,14 +15,22 @@ rank). Algorithms never import either engine; a request is opaque to them.
 Each process gets a per-rank view: ``rt.rank`` is the caller, so collectives and messages
 know who is calling. Collectives match like MPI's: the k-th collective call on a group by
 each member forms one operation, and every member must make the same kind of call.
+
+Payloads are the runtime's business (:mod:`.payloads`): a send sizes its payload and copies
+it, unless the sender gives its tensors away (``rt.send(dst, payload, handover=True)``: sent
+without a copy, read-only for receivers). A gradient can go into a message before it is
+evaluated (:meth:`GradResult.grad_for_message`): the simulator evaluates gradients lazily,
+batched, and a receiver's work on such values (``rt.busy(..., run=f, inputs=(...))``) reads
+them, or with ``lazy=True`` waits for its own value to be read. A real run has the values at
+once: there they are simply the tensors, and both options change nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
 
-from ..training.replica import Deferred, Handover
+from .payloads import Deferred
 
 __all__ = ["ANY", "Group", "Message", "GradResult", "Runtime"]
 
@@ -64,8 +72,8 @@ class GradResult:
 
     ``grad`` is a flat torch tensor (a PhantomTensor in timing-only runs). The simulator
     evaluates gradients lazily, batched with other ranks' requests: there ``resolve`` gives
-    ``(grad, loss)`` on first read. A message can carry them unread (:meth:`grad_later`,
-    :meth:`loss_later`); the receiver's first read evaluates them then, so that more
+    ``(grad, loss)`` on first read. A message can carry them unread (:meth:`grad_for_message`,
+    :meth:`loss_for_message`); the receiver's first read evaluates them then, so that more
     requests are batched together. The values are the same whenever they are read.
     """
 
@@ -99,21 +107,23 @@ class GradResult:
         self._grad, self._loss = self._resolve()
         self._resolve = None
 
-    def grad_later(self, start: int, stop: int) -> Any:
-        """Elements ``start:stop`` of the gradient for a message, handed over (never written
-        again): a :class:`~simdist.training.replica.Deferred` while not yet evaluated.
+    def grad_for_message(self, start: int, stop: int) -> Any:
+        """Elements ``start:stop`` of the gradient, to send with ``handover=True`` (the sender
+        never writes them): the slice, or in the simulator, while the gradient is not evaluated
+        yet, a stand-in of its size that the receiver's first read evaluates.
 
         Until the receiver reads it, the replica's parameters the gradient is computed on
         must not be written in place (adopt new weights as a new tensor); the simulator
         refuses a request whose parameters changed before it was evaluated."""
         if self._resolve is None or not self._nbytes_per_element:
-            return Handover(self.grad[start:stop])
+            return self.grad[start:stop]
         if start == 0 and stop == self._numel:  # the whole gradient: no slice to take
             return Deferred(lambda: self.grad, stop * self._nbytes_per_element)
         return Deferred(lambda: self.grad[start:stop], (stop - start) * self._nbytes_per_element)
 
-    def loss_later(self) -> Any:
-        """The loss for a message: a :class:`~simdist.training.replica.Deferred` while not yet evaluated."""
+    def loss_for_message(self) -> Any:
+        """The loss, to send: in the simulator, while not evaluated yet, a stand-in (8 bytes)
+        that the receiver's first read evaluates."""
         if self._resolve is None:
             return self._loss
         return Deferred(lambda: self.loss, 8)
@@ -141,13 +151,19 @@ class Runtime(Protocol):
         """
 
     def busy(self, duration_s: float, name: str = "busy", *, part: str | None = None,
-             run: Callable[[], Any] | None = None) -> Any:
-        """The rank does its own work (a server's update, flattening a gradient); the value is ``run()``.
+             run: Callable[..., Any] | None = None, inputs: Sequence[Any] = (), lazy: bool = False) -> Any:
+        """The rank does its own work (a server's update, flattening a gradient); the value is ``run(*inputs)``.
 
         The simulator charges ``duration_s`` (the algorithm's cost model) and calls ``run`` (the
         math) at the call; a real run times ``run`` as it happens. The work is ledger ``part``
         (pack, unpack, update, data, eval, checkpoint; default: the name's first word if it is
         one, else update).
+
+        ``inputs`` are the values ``run`` works on, as messages brought them: a gradient sent
+        before it was evaluated (:meth:`GradResult.grad_for_message`) reaches ``run`` evaluated.
+        ``lazy=True`` says ``run`` only computes its value (no other effect): the simulator then
+        leaves inputs not evaluated yet as they are, and computes the value when it is first
+        read (as an input again), so that gradient evaluations stay batched.
         """
 
     def inference(self, samples: int, run: Callable[[], Any] | None = None, name: str = "inference") -> Any:
@@ -157,8 +173,11 @@ class Runtime(Protocol):
         compute model's forward time, a real run times ``run`` as it happens.
         """
 
-    def send(self, dst: int, payload: Any, tag: int = 0) -> Any:
-        """Send ``payload`` (copied at the call); yield the request to wait for delivery."""
+    def send(self, dst: int, payload: Any, tag: int = 0, *, handover: bool = False) -> Any:
+        """Send ``payload`` (copied at the call); yield the request to wait for delivery.
+
+        ``handover=True``: the payload's tensors are given away (the sender never writes them
+        again) and travel without a copy; receivers may share them and must only read them."""
 
     def recv(self, src: int = ANY, tag: int = ANY) -> Any:
         """A request whose value is the next matching :class:`Message`."""
@@ -185,4 +204,6 @@ class Runtime(Protocol):
         """A communicator over ``ranks`` (every member must build it with the same ranks)."""
 
     def record(self, kind: str, **fields: Any) -> None:
-        """A metric event; kind ``"update"`` is an applied gradient (a row of steps.csv)."""
+        """A metric event; kind ``"update"`` is an applied gradient (a row of steps.csv).
+
+        Fields may be values a message brought unevaluated (a pushed loss): they are read now."""

@@ -28,8 +28,8 @@ import simpy
 from ..errors import SimulationError
 from ..ledger import work_span_name
 from ..recorder import SpanBlock, UpdateBlock
-from ..training.replica import payload_nbytes
 from .base import Group
+from .payloads import payload_nbytes
 
 __all__ = ["CohortRuntime", "CohortCompute", "CohortProcess"]
 

@@ -33,6 +33,7 @@ from ..recorder import Recorder, UpdateBlock
 from .base import Group
 from .cohort import CohortProcess, CohortRuntime
 from .collectives import FIDELITIES
+from .payloads import Deferred
 from .progress import OnCallProgress
 from .requests import ComputeRequest, Request, SendRequest
 from .sim_collectives import CollectiveExecution
@@ -189,6 +190,9 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 listener(row)
 
     def record(self, rank: int, kind: str, fields: dict[str, Any]) -> None:
+        for key, value in fields.items():  # a value a message brought unevaluated (a pushed loss) is read now
+            if type(value) is Deferred:
+                fields[key] = value.value
         if kind == "update":
             row = self.recorder.update(time_s=self.env.now, **fields)
             for listener in self.update_listeners:

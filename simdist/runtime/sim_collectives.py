@@ -33,10 +33,11 @@ from ..errors import InputError, SimulationError
 from ..platform.devices import DEVICE_KINDS
 from ..platform.maxmin import weighted_max_min_rates
 from ..platform.network import FlowNetwork, max_min_rates, rtt_weight
-from ..training.replica import PhantomTensor, payload_nbytes, snapshot
 from .base import Group
 from .collective_pricing import CollectivePricer, Price
 from .collectives import allgather_plan, allreduce_plan, barrier_plan, broadcast_plan
+from .payloads import payload_nbytes, snapshot
+from .phantom import PhantomTensor
 from .requests import Request
 
 __all__ = ["CollectiveExecution"]

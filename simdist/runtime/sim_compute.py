@@ -16,11 +16,12 @@ emerges from what else runs on its cores at each instant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..ledger import work_span_name
 from ..platform.network import FlowNetwork
 from ..platform.topology import Link, Platform
+from .payloads import computed
 from .requests import ComputeRequest, Request
 
 __all__ = ["ComputeExecution"]
@@ -204,17 +205,19 @@ class ComputeExecution:
             self._computing_in_pool[pool.index] -= 1
 
     def busy(self, rank: int, duration_s: float, name: str = "busy", value: Any = None, *,
-             part: str | None = None, run: Callable[[], Any] | None = None) -> Request:
+             part: str | None = None, run: Callable[..., Any] | None = None, inputs: Sequence[Any] = (),
+             lazy: bool = False) -> Request:
         """The rank computes something other than forward/backward (a server's update) for ``duration_s``.
 
         With shared node cores (``node.cores``) the work competes for them as compute does:
         ``duration_s`` is its time alone on the rank's CPU share. Waiting on it gives ``value``,
-        or ``run()`` (the work's math, done now). ``part``: its ledger part (see
+        or ``run(*inputs)`` (the work's math, done now; with ``lazy``, when first read if an
+        input is not evaluated yet: :func:`~.payloads.computed`). ``part``: its ledger part (see
         :func:`~simdist.ledger.work_span_name`).
         """
         name = work_span_name(name, part)
         if run is not None:
-            value = run()
+            value = computed(run, inputs, lazy)
         start, owed = self.env.now, self._owed_cpu_s(rank)
         duration_s = max(0.0, float(duration_s)) + owed
         if self._cores is not None and duration_s > 0:

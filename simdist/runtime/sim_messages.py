@@ -2,7 +2,8 @@
 
 :class:`MessageExecution` is the point-to-point half of :class:`~simdist.runtime.sim.SimWorld`
 (a mixin over its environment, network, platform and crash state). A send copies its payload
-(what the receiver reads is what was sent at that instant), crosses the route as a flow, and
+(what the receiver reads is what was sent at that instant; tensors handed over are not
+copied, :mod:`.payloads`), crosses the route as a flow, and
 lands in the receiver's mailbox, or wakes a receive already waiting for it. With
 ``platform.messages`` every message also pays LogGP costs: the sender's injection gap and CPU
 overhead ``o_s`` (charged to its next compute or busy work), the rendezvous handshake above
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import SimulationError
-from ..training.replica import sent_copy
 from .base import ANY, Message
+from .payloads import sent_copy
 from .requests import ReadyReceive, Request, SendRequest
 
 __all__ = ["MessageExecution"]
@@ -40,10 +41,10 @@ class MessageExecution:
         self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
 
-    def send(self, src: int, dst: int, payload: Any, tag: int = 0) -> Request:
+    def send(self, src: int, dst: int, payload: Any, tag: int = 0, *, handover: bool = False) -> Request:
         if not 0 <= dst < self.platform.size:
             raise SimulationError(f"rank {src} sends to rank {dst}, which does not exist")
-        data, nbytes = sent_copy(payload)
+        data, nbytes = sent_copy(payload, handover)
         sent = self.env.now
         request = SendRequest(self.env, sent)
         if self.on_call is not None:
