@@ -47,149 +47,24 @@ warm-up or a schedule change); a ``global_sync`` event per sync
 * evaluation reports worker 0's replica (node 0), as sync does;
 * ``schedule: fixed`` without B or S uses B = 4, S = 1 (the published experiments' values).
 
-**Costs** (each rank's own work, ``rt.busy`` with its math in ``run=``; seconds from
-:mod:`simdist.platform.op_costs`, over the parameter count, so replay and timing-only charge
-the same). Every batch: ``pack gradient`` (``copy``: the gradient into the allreduce buffer,
-as DDP's bucket copy in Heat's node-local sync), ``unpack gradient`` (``copy``: the sum back,
-divided by G), ``update`` (``update``: the optimizer step). A blocking global sync's member:
-``pack parameters bf16`` / ``unpack parameters bf16`` (``cast`` each way; Heat casts on the
-GPU). A non-blocking one: ``pack parameters`` (``copy`` into the send buffer) and, on receipt,
-``update: global merge`` (``average`` over 2 buffers: x_local and the sum in, x out). The node
-broadcast writes into the parameters in place (NCCL in Heat): no copy is charged.
-
-**Host staging** (``global_staging``, default ``host``): Heat's global syncs are MPI
-``Iallreduce`` calls on buffers that, with an MPI library that is not GPU-aware (Heat's Open MPI
-default), go to host memory and back (:mod:`simdist.platform.host_staging`). On a GPU device
-each global sync's member then pays ``pack host staging`` (device → host copy of the sent
-bytes over the device's host link, before the call: ``x.cpu()`` is synchronous),
-``update: host reduction`` (its share of the allreduce's sums on a host core, float32 ``MPI.SUM``
-or Heat's bfloat16 Python callback; charged when the result is taken, since MPI without a
-progress thread reduces inside the wait) and ``unpack host staging`` (host → device copy of
-the result, in ``Wait``). Busy work, not communication: the rank's thread does the copies and
-sums and nothing else meanwhile. ``device`` is GPU-direct (no staging); CPU devices never
-stage (their data is in host memory), and a real run times what it does.
+**Costs**: every rank's own work is charged through ``rt.busy`` with its math in ``run=``
+(what each piece costs, and the host staging of global syncs: :mod:`.daso_costs`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, ValidationInfo, field_validator
 
-from ..errors import InputError
 from ..runtime.base import Runtime
-from ..training.replica import payload_nbytes
-from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm, Process
-from .daso_math import (Schedule, ScheduleOptions, bf16_average, daso_merge, initial_schedule, local_average,
-                        next_schedule, to_bf16)
+from .base import ALGORITHMS, AlgorithmContext, PeerAlgorithm, Process
+from .daso_config import DEFAULT_FIXED_B, DEFAULT_FIXED_S, DasoConfig, node_layout
+from .daso_costs import DasoCosts, tensor_nbytes
+from .daso_math import Schedule, bf16_average, daso_merge, initial_schedule, local_average, next_schedule, to_bf16
 
 __all__ = ["DasoConfig", "Daso", "node_layout", "DEFAULT_FIXED_B", "DEFAULT_FIXED_S"]
-
-DEFAULT_FIXED_B, DEFAULT_FIXED_S = 4, 1  # the published experiments' B and S
-
-
-class DasoConfig(AlgorithmConfig):
-    """Options of DASO."""
-
-    name: Literal["daso"] = "daso"
-    schedule: Literal["adaptive", "fixed"] = Field(
-        "adaptive", description="adaptive: warm-up, cycling steered by the loss plateau test, cool-down; "
-                                "fixed: constant B and S for the whole run, no phases. Default adaptive")
-    B: int | None = Field(None, ge=1, description="schedule fixed: batches between global syncs. Default 4")
-    S: int | None = Field(None, ge=0, description="schedule fixed: batches a non-blocking sync waits before its "
-                                                  "merge, 0 <= S <= B; 0 = blocking (bf16). Default 1")
-    warmup_epochs: int = Field(4, ge=0, description="epochs of blocking global sync every batch at the start. "
-                                                    "Default 4")
-    cooldown_epochs: int = Field(4, ge=0, description="epochs of blocking global sync every batch at the end. "
-                                                      "Default 4")
-    max_global_skips: int = Field(8, ge=2, description="largest B; cycling starts at B = max_global_skips // 2, "
-                                                       "a reset sets B = max_global_skips, S = max_global_skips // 4. "
-                                                       "Default 8")
-    stability_level: float = Field(0.05, ge=0, description="relative loss improvement below which an epoch counts "
-                                                           "towards a plateau. Default 0.05")
-    plateau_patience: int = Field(2, ge=0, description="a plateau is more than this many epochs in a row without "
-                                                       "such an improvement. Default 2")
-    global_staging: Literal["host", "device"] = Field(
-        "host", description="how a global sync's parameters reach MPI on GPU devices. host: copied to host memory "
-                            "over the device's host link, reduced on a host core, copied back (Heat's DASO with an "
-                            "MPI that is not GPU-aware; simdist.platform.host_staging); device: GPU-direct, no "
-                            "copies. CPU devices never stage. Default host")
-
-    @field_validator("S")
-    @classmethod
-    def _s_at_most_b(cls, value: int | None, info: ValidationInfo) -> int | None:
-        B = info.data.get("B")
-        if value is not None and value > (B if B is not None else DEFAULT_FIXED_B):
-            raise ValueError(f"S = {value} exceeds B = {B if B is not None else DEFAULT_FIXED_B}; need 0 <= S <= B")
-        return value
-
-    def options(self, total_epochs: int | None) -> ScheduleOptions:
-        """The schedule state machine's options for a run of ``total_epochs`` (None: unknown)."""
-        return ScheduleOptions(
-            adaptive=self.schedule == "adaptive", warmup_epochs=self.warmup_epochs,
-            cooldown_epochs=self.cooldown_epochs, max_global_skips=self.max_global_skips,
-            stability_level=self.stability_level, plateau_patience=self.plateau_patience,
-            total_epochs=total_epochs,
-            fixed_B=self.B if self.B is not None else DEFAULT_FIXED_B,
-            fixed_S=self.S if self.S is not None else DEFAULT_FIXED_S)
-
-    def check_scenario(self, scenario: Any) -> None:
-        if self.schedule == "adaptive":
-            for field in ("B", "S"):
-                if getattr(self, field) is not None:
-                    raise InputError(f"{field} is only used with schedule: fixed (the adaptive schedule sets B and S "
-                                     "itself)", field=f"algorithm.{field}")
-        per_node, nodes = scenario.platform.node.devices, scenario.platform.nodes
-        if nodes < 2:
-            raise InputError(f"daso needs at least 2 nodes (node-local and global networks); the platform has {nodes}",
-                             field="platform")
-        workers = scenario.worker_count
-        if workers % per_node or workers // per_node < 2:
-            raise InputError(f"daso needs at least 2 nodes with the same number of workers each: {workers} workers "
-                             f"on nodes of {per_node} devices; use a multiple of {per_node}, at least {2 * per_node}",
-                             field="workers")
-        workload = scenario.workload
-        if workload.timing_only and self.schedule == "adaptive" and workload.loss_curve is None:
-            raise InputError("timing-only daso with the adaptive schedule steers by the training loss: give "
-                             "workload.loss_curve (per-epoch values or a law), or use schedule: fixed",
-                             field="workload.loss_curve")
-
-
-def node_layout(workers: list[int], node_of: Callable[[int], int]) -> list[list[int]]:
-    """The worker ranks of each node (nodes in order of first appearance, ranks in worker order).
-
-    Raises :class:`InputError` unless there are at least 2 nodes with equally many workers.
-    """
-    nodes: dict[int, list[int]] = {}
-    for rank in workers:
-        nodes.setdefault(node_of(rank), []).append(rank)
-    layout = list(nodes.values())
-    if len(layout) < 2:
-        raise InputError(f"daso needs workers on at least 2 nodes; all {len(workers)} are on one", field="workers")
-    sizes = sorted({len(ranks) for ranks in layout})
-    if len(sizes) > 1:
-        raise InputError(f"daso needs the same number of workers on every node; got {sizes}", field="workers")
-    return layout
-
-
-@dataclass(frozen=True)
-class _Costs:
-    """Seconds of one GPU's own work (:mod:`simdist.platform.op_costs`) and its way to host memory."""
-
-    copy_s: float  # a float32 copy of the parameters (pack, unpack)
-    cast_s: float  # float32 <-> bfloat16 of the parameters
-    update_s: float  # the optimizer step
-    merge_s: float  # x <- (2S x_local + sum) / (2S + P): two buffers in, one out
-    host: Any  # HostPath where global syncs are staged through host memory, else None
-
-    @classmethod
-    def of(cls, ctx: AlgorithmContext, rank: int, staging: str) -> "_Costs":
-        params, op = ctx.workload.param_count, ctx.op_seconds
-        return cls(copy_s=op(rank, "copy", params), cast_s=op(rank, "cast", params),
-                   update_s=op(rank, "update", params), merge_s=op(rank, "average", params, 2),
-                   host=ctx.host_path(rank) if staging == "host" else None)
 
 
 @dataclass
@@ -251,7 +126,7 @@ class _Gpu:
         self.pending: _Pending | None = None
         self.loss_sum, self.samples = 0.0, 0  # this epoch's sample-weighted training loss
         self.params = ctx.workload.param_count
-        self.costs = _Costs.of(ctx, ctx.workers[index], daso.config.global_staging)
+        self.costs = DasoCosts.of(ctx, ctx.workers[index], daso.config.global_staging)
 
     def run(self):
         rt, replica, data = self.rt, self.replica, self.data
@@ -334,7 +209,7 @@ class _Gpu:
         """Host staging (``global_staging: host`` on a GPU): the buffer MPI sends goes to host memory."""
         host = self.costs.host
         if host is not None:
-            yield self.rt.busy(host.copy_s(payload_nbytes(sent)), "pack host staging")
+            yield self.rt.busy(host.copy_s(tensor_nbytes(sent)), "pack host staging")
 
     def _stage_in(self, total: Any):
         """Host staging: this rank's share of the sums on a host core, then the result back to the device."""
@@ -342,7 +217,7 @@ class _Gpu:
         if host is not None:
             dtype_name = str(total.dtype).removeprefix("torch.")
             yield self.rt.busy(host.reduction_s(self.params, self.nodes, dtype_name), "host reduction", part="update")
-            yield self.rt.busy(host.copy_s(payload_nbytes(total)), "unpack host staging")
+            yield self.rt.busy(host.copy_s(tensor_nbytes(total)), "unpack host staging")
 
     def _node_broadcast(self, group_index: int):
         """The global group's member on this node sends its parameters to the node's other GPUs."""
