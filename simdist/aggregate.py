@@ -35,7 +35,7 @@ import pandas as pd
 from .metrics import SUMMARY_KEYS
 
 __all__ = ["CONFIDENCE", "METRICS", "Estimate", "Roles", "Comparison", "t_quantile", "estimate", "ratio_estimate",
-           "column_roles", "groups", "seed_index", "column", "aggregate", "compare_samples"]
+           "column_roles", "groups", "seed_index", "column", "text", "aggregate", "compare_samples"]
 
 CONFIDENCE = 0.95
 METRICS = ("time_to_accuracy_s", "throughput_samples_per_s", "mean_iteration_s", "final_test_accuracy",
@@ -140,8 +140,7 @@ def _is_seed(column: str) -> bool:
 
 
 def _moves_with_workers(table: pd.DataFrame, column: str) -> bool:
-    values = table[column].astype(str)
-    return bool((values.groupby(table["workers"].astype(str)).nunique() <= 1).all())
+    return bool((text(table[column]).groupby(text(table["workers"])).nunique() <= 1).all())
 
 
 def column_roles(table: pd.DataFrame, axes: Sequence[str] | None = None) -> Roles:
@@ -165,14 +164,20 @@ def _show(value: object) -> str:
     return "–" if isinstance(value, float) and math.isnan(value) else str(value)
 
 
+def text(values: pd.Series) -> pd.Series:
+    """Cells as the text a label shows: ``0`` for 0.0, ``–`` where missing (an axis a listed point
+    does not set), so that missing values group together instead of being dropped."""
+    return values.map(_show).astype(object)
+
+
 def groups(table: pd.DataFrame, roles: Roles) -> Iterator[tuple[dict[str, object], pd.DataFrame]]:
     """``({algorithm, series, workers, condition}, rows)`` for each group of points that differ
     only in their seed, in the table's order. ``series`` names the algorithm and its varying
     variant axes (``nsoftsync (algorithm.n=2)``), ``condition`` the varying condition axes."""
     data = table.assign(workers=pd.to_numeric(table["workers"], errors="coerce"))
-    varying = {c for c in (*roles.series, *roles.conditions) if data[c].astype(str).nunique() > 1}
+    varying = {c for c in (*roles.series, *roles.conditions) if text(data[c]).nunique() > 1}
     keys = ["algorithm", *roles.series, *roles.conditions, "workers"]
-    for _, rows in data.groupby([data[k].astype(str) for k in keys], sort=False):
+    for _, rows in data.groupby([text(data[k]) for k in keys], sort=False):
         first = rows.iloc[0]
         variant = _label(first, roles.series, varying)
         yield ({"algorithm": str(first["algorithm"]),
@@ -184,7 +189,7 @@ def seed_index(rows: pd.DataFrame, roles: Roles) -> pd.Index:
     """The rows' seeds as one label each (``"0"``, ``"0|3"`` for two seed axes); positions without a seed axis."""
     if not roles.seeds:
         return pd.Index([str(i) for i in range(len(rows))])
-    return pd.Index(rows[list(roles.seeds)].astype(str).agg("|".join, axis=1))
+    return pd.Index(rows[list(roles.seeds)].apply(text).agg("|".join, axis=1))
 
 
 def column(rows: pd.DataFrame, name: str) -> np.ndarray:

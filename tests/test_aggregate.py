@@ -159,3 +159,16 @@ def test_estimate_interval_endpoints():
     est = Estimate(3, 10.0, 1.0, 2.0)
     assert (est.low, est.high) == (8.0, 12.0) and est.overlaps(Estimate(3, 13.0, 1.0, 1.5))
     assert not est.overlaps(Estimate(3, 15.0, 1.0, 2.0))
+
+
+def test_points_without_a_seed_value_form_their_own_group_and_are_not_paired():
+    # a sweep's listed points do not get the grid's seed axis: their seed cell is empty
+    listed = pd.DataFrame({"algorithm": ["daso"], "workers": [4], "seed": [None],
+                           "throughput_samples_per_s": [40.0], "time_to_accuracy_s": [1.0]})
+    table = pd.concat([SWEEP, listed], ignore_index=True)
+    summary = aggregate(table).set_index(["algorithm", "workers"])
+    assert summary.loc[("daso", 4), "n"] == 1 and summary.loc[("daso", 4), "reached"] == 1
+    speed = speedup_table(table).set_index(["algorithm", "workers"])
+    assert not speed.loc[("daso", 4), "paired"]
+    assert speed.loc[("daso", 4), "speedup"] == pytest.approx(40.0 / 11.0)
+    assert math.isnan(speed.loc[("daso", 4), "speedup_ci95"])
