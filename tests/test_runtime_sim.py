@@ -503,3 +503,22 @@ def test_a_broadcast_from_a_root_outside_the_group_is_a_simulation_error(make_wo
 
     with pytest.raises(SimulationError, match=r"rank 0 calls broadcast with root 2, which is not in group \(0, 1\)"):
         run_world(world, {0: member, 1: member})
+
+
+def test_the_runtime_layer_imports_nothing_from_training():
+    """simdist/runtime sits below the training layer: payload rules and phantoms live in it."""
+    import ast
+    from pathlib import Path
+
+    import simdist.runtime
+
+    offenders = []
+    for path in sorted(Path(simdist.runtime.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            level = getattr(node, "level", 0)
+            if any((level == 2 and name.startswith("training")) or name.startswith("simdist.training")
+                   for name in names):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
