@@ -33,7 +33,7 @@ import pandas as pd
 from .aggregate import Estimate, column_roles, estimate, groups, ratio_estimate, seed_index
 from .errors import InputError
 
-__all__ = ["DEFAULT_BASELINE", "Baseline", "parse_baseline", "resolve_baselines", "speedup_table"]
+__all__ = ["DEFAULT_BASELINE", "SPEEDUP_COLUMNS", "Baseline", "parse_baseline", "resolve_baselines", "speedup_table"]
 
 DEFAULT_BASELINE = "sync@1"
 SPEEDUP_COLUMNS = ("algorithm", "series", "workers", "condition", "baseline", "baseline_workers", "n", "paired",
