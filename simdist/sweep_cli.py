@@ -2,7 +2,7 @@
 
     simdist sweep SCENARIO [--out DIR] [--backend local|dask] [--jobs N] [--scheduler ADDR]
                            [--set key=value]... [--no-plots] [--quiet]
-    simdist report SWEEP_DIR [--out REPORTS_DIR] [--name NAME]
+    simdist report SWEEP_DIR [--out REPORTS_DIR] [--name NAME] [--baseline ALGORITHM[@WORKERS]]
 
 ``sweep`` runs the points of the scenario's ``sweep:`` axes not yet complete in DIR (a rerun
 after an interruption finishes the rest), writes ``DIR/sweep.csv``, and lists failed points
@@ -44,6 +44,9 @@ def add_sweep_parsers(subparsers) -> None:
     report.add_argument("sweep_dir", help="a folder written by simdist sweep")
     report.add_argument("--out", default="reports", help="reports folder (default: reports)")
     report.add_argument("--name", help="report name (default: the sweep's scenario name)")
+    report.add_argument("--baseline", metavar="ALGORITHM[@WORKERS]", default=None,
+                        help="the point speedup and efficiency are measured against (default sync@1; where the sweep "
+                             "has none, a fallback the report names)")
     report.set_defaults(func=_cmd_report)
 
 
@@ -131,7 +134,7 @@ def _cmd_sweep(args) -> int:
 def _cmd_report(args) -> int:
     from .report import write_report
 
-    path = write_report(args.sweep_dir, args.out, name=args.name)
+    path = write_report(args.sweep_dir, args.out, name=args.name, baseline=args.baseline)
     print(f"wrote {path}")
     print(f"wrote {path.with_suffix('.html')}")
     return 0

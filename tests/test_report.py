@@ -97,6 +97,18 @@ def test_report_baseline_is_selectable_and_an_absent_one_writes_nothing(sweep_di
     assert not (tmp_path / "other").exists()
 
 
+
+def test_the_report_command_takes_a_baseline_and_refuses_an_absent_one(sweep_dir, tmp_path, capsys):
+    from simdist.cli import main
+
+    assert main(["report", str(sweep_dir), "--out", str(tmp_path / "cli"), "--baseline", "sync@2"]) == 0
+    assert "against one common baseline: `sync@2`." in next((tmp_path / "cli").rglob("index.md")).read_text()
+    capsys.readouterr()
+    assert main(["report", str(sweep_dir), "--out", str(tmp_path / "none"), "--baseline", "daso@1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--baseline" in err[0] and "daso@1" in err[0]
+    assert not (tmp_path / "none").exists()
+
 SEEDED = pd.DataFrame({
     "algorithm": ["sync"] * 6 + ["asgd"] * 6 + ["dbs"] * 6,
     "workers": [1, 1, 1, 4, 4, 4] * 3, "seed": [0, 1, 2] * 6,
