@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import simdist.simulate as simulate_module
+import simdist.assembly as assembly_module
 from simdist.metrics import steps_table
 from simdist.simulate import Simulation
 from simdist.training.data import LockstepShards, ShardIterator
@@ -38,7 +38,7 @@ class _Recording(ShardIterator):
 
 def run_recorded(scenario, monkeypatch):
     recording = type("Recording", (_Recording,), {"log": []})
-    monkeypatch.setattr(simulate_module, "ShardIterator", recording)
+    monkeypatch.setattr(assembly_module, "ShardIterator", recording)  # where a run builds its shards
     lockstep_batches = LockstepShards.next_batches
 
     def logged(self, batch_size, *, with_indices=True):  # a cohort's workers take their batches together
