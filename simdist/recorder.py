@@ -61,10 +61,11 @@ class SpanBlock:
     start_s: np.ndarray
     end_s: np.ndarray
     blocking: bool = True
+    args: dict[str, Any] = field(default_factory=dict)  # every span's args (shared, never written)
 
     def spans(self) -> list[Span]:
         keep = self.end_s > self.start_s
-        return [Span(int(r), self.kind, self.name, float(a), float(b), self.blocking)
+        return [Span(int(r), self.kind, self.name, float(a), float(b), self.blocking, self.args)
                 for r, a, b in zip(self.ranks[keep], self.start_s[keep], self.end_s[keep])]
 
     def clipped(self, end_s: float) -> "SpanBlock":

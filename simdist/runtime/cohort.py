@@ -213,7 +213,8 @@ class CohortRuntime:
         n = len(self.ranks)
         waited_from = np.minimum(self._busy_until, start)  # each rank waits from the end of its compute
         world.recorder.span_block(SpanBlock(self.ranks, "wait", "allreduce", waited_from, np.full(n, start)))
-        world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start), np.full(n, end)))
+        world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start), np.full(n, end),
+                                            args={"bytes": int(nbytes), "group_size": group.size}))
         self._busy_until = np.full(n, end)
         done.succeed(total)
 
@@ -246,38 +247,42 @@ class CohortRuntime:
         compute_end = computing.start_s + computing.durations_s
         # on_call: nothing moves before every rank has finished computing and waits
         earliest_s = float(computing.free_s.max()) if world.on_call is not None else -math.inf
-        ops: list[tuple[float, float]] = []
+        ops: list[tuple[float, float, dict[str, Any]]] = []
         sums = []
         joined = np.full(len(self.ranks), computing.start_s)  # each rank's own clock
         for k, fraction in enumerate(fractions):
             joined = np.maximum(joined, computing.start_s + fraction * computing.durations_s)  # bucket k is ready
             if ops:  # ... and bucket k-1 has been reduced
-                start, end = ops[-1]
-                joined = self._blocked(joined, np.maximum(joined, end), start, compute_end)
+                start, end, args = ops[-1]
+                joined = self._blocked(joined, np.maximum(joined, end), start, compute_end, args)
             start = max(float(joined.max()), earliest_s)
             if start > env.now:
                 yield env.timeout(start - env.now)
             tensors = list(bucket_tensors(k))
             sums.append(world.reduce_sum(tensors))
-            yield from world.run_allreduce(algorithm, group.ranks, _largest_payload(tensors))
-            ops.append((start, env.now))
+            nbytes = _largest_payload(tensors)
+            yield from world.run_allreduce(algorithm, group.ranks, nbytes)
+            args = {"bytes": int(nbytes), "group_size": group.size, "nonblocking": True}  # as an iallreduce's
+            ops.append((start, env.now, args))
             n = len(self.ranks)
             world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, start),
-                                                np.full(n, env.now), blocking=False))
+                                                np.full(n, env.now), blocking=False, args=args))
         waiting = np.maximum(joined, computing.free_s)  # compute done: wait for each bucket in turn
-        for start, end in ops:
-            waiting = self._blocked(waiting, np.maximum(waiting, end), start, compute_end)
+        for start, end, args in ops:
+            waiting = self._blocked(waiting, np.maximum(waiting, end), start, compute_end, args)
         self._busy_until = waiting
         done.succeed(sums)
 
-    def _blocked(self, since: np.ndarray, until: np.ndarray, started_s: float, compute_end: np.ndarray) -> np.ndarray:
+    def _blocked(self, since: np.ndarray, until: np.ndarray, started_s: float, compute_end: np.ndarray,
+                 args: dict[str, Any]) -> np.ndarray:
         """Record each rank's time blocked on a collective from ``since`` to ``until``: time
-        still computing is not waiting; ``wait`` until the collective started, ``comm`` after."""
+        still computing is not waiting; ``wait`` until the collective started, ``comm`` (with the
+        collective's span ``args``) after."""
         waited_from = np.minimum(np.maximum(since, compute_end), until)
         moving_from = np.minimum(np.maximum(waited_from, started_s), until)
         recorder = self.world.recorder
         recorder.span_block(SpanBlock(self.ranks, "wait", "allreduce", waited_from, moving_from))
-        recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", moving_from, until))
+        recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", moving_from, until, args=args))
         return until
 
     def _check_group(self, group: Group) -> None:

@@ -28,6 +28,9 @@ class Request:
     # needed for that (:class:`SendRequest`, :class:`ReadyReceive` decide it as they go)
     finished: ClassVar[bool] = False
     ready_value: ClassVar[Any] = None
+    # what its comm span records besides the times, as the MPI runtime does (bytes, src/dst or
+    # group_size); a request that has some gets its own dict, this shared empty one is never written
+    span_args: ClassVar[dict[str, Any]] = {}
 
 
 class SendRequest(Request):

@@ -174,7 +174,7 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         started = request.started_s if request.started_s is not None else now
         moving_from = min(max(waited_from, started), now)
         self.recorder.span(rank, "wait", request.name, waited_from, moving_from)
-        self.recorder.span(rank, "comm", request.name, moving_from, now)
+        self.recorder.span(rank, "comm", request.name, moving_from, now, **request.span_args)
 
     # -- records ---------------------------------------------------------------------
 

@@ -89,6 +89,8 @@ class CollectiveExecution:
                 f"(algorithm={algorithm}, root={root}) but another member called {op.kind}"
                 f"(algorithm={op.algorithm}, root={op.root})")
         request = Request("comm", kind, self.env.event())
+        request.span_args = {"bytes": int(payload_nbytes(tensor)), "group_size": group.size,
+                             **({} if blocking else {"nonblocking": True})}
         op.contributions[rank], op.requests[rank], op.blocking[rank] = tensor, request, blocking
         if len(op.contributions) == group.size:
             del self._open_ops[(group.ranks, seq)]
@@ -112,7 +114,7 @@ class CollectiveExecution:
         end = self.env.now
         for index, rank in enumerate(op.group.ranks):
             if not op.blocking[rank]:
-                self.recorder.span(rank, "comm", op.kind, start, end, blocking=False)
+                self.recorder.span(rank, "comm", op.kind, start, end, blocking=False, **op.requests[rank].span_args)
             # every member gets its own copy, as with MPI: one rank's in-place change stays its own
             op.requests[rank].event.succeed(results if index == 0 else snapshot(results))
 

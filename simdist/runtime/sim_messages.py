@@ -47,6 +47,7 @@ class MessageExecution:
         data, nbytes = sent_copy(payload, handover)
         sent = self.env.now
         request = SendRequest(self.env, sent)
+        request.span_args = {"bytes": int(nbytes), "dst": int(dst)}
         if self.on_call is not None:
             self.on_call.called(src)
 
@@ -105,6 +106,7 @@ class MessageExecution:
             if self._matches(message, waiter.src, waiter.tag):
                 del waiters[i]
                 waiter.request.started_s = message.sent_s
+                waiter.request.span_args = {"bytes": int(message.nbytes), "src": int(message.src)}
                 waiter.request.event.succeed(message)
                 return
         self._mailboxes[message.dst].append(message)
