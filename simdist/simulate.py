@@ -243,13 +243,12 @@ class Simulation:
         after ``stop.max_wall_time`` seconds of real time.
         """
         env, stop = self.world.env, self.scenario.stop
-        queue = env._queue  # SimPy's heap of (time, priority, id, event): read only, to tell a stall
-        background = self._background
+        background = self._background  # pending background timers (each leaves the set when processed)
         wall_deadline = None if stop.max_wall_time is None else time.perf_counter() + stop.max_wall_time
         step, events, max_events = env.step, self.events_processed, stop.max_events  # locals: this loop is hot
         try:
             while not until.processed:
-                if len(queue) <= len(background) and all(item[3] in background for item in queue):
+                if env.scheduled - events <= len(background):  # every pending event is a background timer
                     return "stalled"
                 step()
                 events += 1

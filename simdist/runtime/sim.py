@@ -37,6 +37,7 @@ from .payloads import Deferred
 from .progress import OnCallProgress
 from .requests import ComputeRequest, Request, SendRequest
 from .sim_collectives import CollectiveExecution
+from .environment import CountingEnvironment
 from .sim_compute import ComputeExecution
 from .sim_messages import MessageExecution
 
@@ -55,7 +56,7 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                  network_model: str = "max-min"):
         if fidelity not in FIDELITIES:
             raise ValueError(f"unknown collective fidelity {fidelity!r}; known: {', '.join(FIDELITIES)}")
-        self.env = simpy.Environment()
+        self.env = CountingEnvironment()  # counts what it schedules: a driver tells a stall without SimPy's queue
         self.platform = platform
         self.compute_model = compute
         self.recorder = recorder
