@@ -163,4 +163,4 @@ def epoch_end_costs(run: AssembledRun, forward_s: Any, loading: Any) -> EpochEnd
         state_buffers=optimizer_state_buffers(config.optimizer.name, config.optimizer.momentum),
         params=run.workload.param_count, forward_s=forward_s,
         save_s=lambda rank, values: save_seconds(op_costs, platform, rank, values),
-        loading=loading, storage_Bps=platform.spec.node.storage_write_bandwidth)
+        loading=loading, storage_Bps=platform.spec.node_at(platform.node_of(run.workers[0])).storage_write_bandwidth)

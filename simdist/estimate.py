@@ -35,6 +35,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from torch import nn
@@ -165,15 +166,23 @@ def _activations(module: nn.Module, input_shape: tuple[int, ...]) -> int:
 
 def _fastest_step_s(scenario: Scenario, flops: float, layers: int) -> float | None:
     """A lower bound of one forward/backward on the scenario's fastest device (None if unknown)."""
+    platform = scenario.platform
+    steps = [_step_on(scenario, node.device, flops, layers) for node in [platform.node] + [g.node for g in platform.node_groups]]
+    known = [s for s in steps if s is not None]
+    return min(known) if known else None
+
+
+def _step_on(scenario: Scenario, spec: Any, flops: float, layers: int) -> float | None:
+    """A lower bound of one forward/backward on a device of ``spec`` (the fastest of any override)."""
+    from .assembly import profile_paths
     from .platform.compute import ComputeModel, load_profiles
     from .platform.devices import DEVICE_KINDS
-    from .assembly import profile_paths
 
-    node = scenario.platform.node
-    kind = DEVICE_KINDS.get(node.device.kind)
-    speed = max([node.device.speed] + [o.speed for o in scenario.platform.device_overrides if o.speed])
-    share = max([node.device.cpus or 1.0] + [o.cpus for o in scenario.platform.device_overrides if o.cpus])
-    device = SimpleNamespace(profile_device=kind.profile_device, peak_flops=node.device.peak_flops or kind.peak_flops)
+    kind = DEVICE_KINDS.get(spec.kind)
+    overrides = scenario.platform.device_overrides
+    speed = max([spec.speed] + [o.speed for o in overrides if o.speed])
+    share = max([spec.cpus or 1.0] + [o.cpus for o in overrides if o.cpus])
+    device = SimpleNamespace(profile_device=kind.profile_device, peak_flops=spec.peak_flops or kind.peak_flops)
     try:
         timing = ComputeModel.timing_for(device, load_profiles(profile_paths(scenario)), scenario.workload.model.name,
                                          flops, layers, scenario.compute.efficiency, scenario.compute.kernel_overhead_s)

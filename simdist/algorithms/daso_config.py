@@ -79,7 +79,8 @@ class DasoConfig(AlgorithmConfig):
             raise InputError(f"daso needs at least 2 nodes (node-local and global networks); the platform has {nodes}",
                              field="platform")
         workers = scenario.worker_count
-        if workers % per_node or workers // per_node < 2:
+        # with node groups, node_layout checks the workers' nodes once the ranks are placed
+        if not scenario.platform.heterogeneous_nodes and (workers % per_node or workers // per_node < 2):
             raise InputError(f"daso needs at least 2 nodes with the same number of workers each: {workers} workers "
                              f"on nodes of {per_node} devices; use a multiple of {per_node}, at least {2 * per_node}",
                              field="workers")

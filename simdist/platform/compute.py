@@ -187,19 +187,28 @@ def co_run_factors(platform: Platform) -> np.ndarray | None:
     nothing; ``k <= c`` the undersubscribed factor (caches, memory bandwidth); ``k > c`` the
     oversubscribed one, on top of processor sharing (:mod:`simdist.calibrate.cpu_share`).
     """
-    node = platform.spec.node
-    if node.co_run is None:
+    spec = platform.spec
+    nodes = [spec.node_at(n) for n in range(spec.nodes)]
+    if all(node.co_run is None for node in nodes):
         return None
+    per_node = [_co_run_per_local(node) for node in nodes]
+    factors = np.array([per_node[d.node][d.local_rank] if not DEVICE_KINDS.get(d.kind).is_gpu else 1.0
+                        for d in platform.devices])
+    return factors if np.any(factors != 1.0) else None
+
+
+def _co_run_per_local(node: Any) -> np.ndarray:
+    """One node's co-run slow-down of each of its local ranks (1 without ``co_run``)."""
+    per_local = np.ones(node.devices)
+    if node.co_run is None:
+        return per_local
     pools = [(node.cores if node.cores is not None else float(node.devices), list(range(node.devices)))] \
         if node.core_sets is None else [(cs.cores, cs.devices) for cs in node.core_sets]
-    per_local = np.ones(node.devices)
     for cores, members in pools:
         k = len(members)
         if k >= 2:
             per_local[members] = node.co_run.oversubscribed_factor if k > cores else node.co_run.undersubscribed_factor
-    factors = np.array([per_local[d.local_rank] if not DEVICE_KINDS.get(d.kind).is_gpu else 1.0
-                        for d in platform.devices])
-    return factors if np.any(factors != 1.0) else None
+    return per_local
 
 
 class ComputeModel:

@@ -70,10 +70,11 @@ class SwitchFabric(Fabric):
     """Routes over the nodes' NICs (one rail, or every rail with multi-rail striping)."""
 
     def route(self, a: Place, b: Place) -> tuple[Link, ...]:
-        nics = self.spec.node.nics
-        if self.spec.node.nic_policy == "multi-rail" and nics > 1:
-            return StripedRoute([self._rail(a.node, b.node, k, k) for k in range(nics)])
-        return self._rail(a.node, b.node, a.local_rank % nics, b.local_rank % nics)
+        src, dst = self.spec.node_at(a.node), self.spec.node_at(b.node)
+        rails = min(src.nics, dst.nics)  # nodes of different groups stripe over the rails both have
+        if src.nic_policy == "multi-rail" and dst.nic_policy == "multi-rail" and rails > 1:
+            return StripedRoute([self._rail(a.node, b.node, k, k) for k in range(rails)])
+        return self._rail(a.node, b.node, a.local_rank % src.nics, b.local_rank % dst.nics)
 
     def _rail(self, src_node: int, dst_node: int, src_nic: int, dst_nic: int) -> tuple[Link, ...]:
         """Sender NIC up, what lies between the two nodes, receiver NIC down."""
@@ -99,8 +100,8 @@ class FatTreeFabric(SwitchFabric):
         spec, per_leaf = self.spec, self.spec.fabric.nodes_per_leaf
         leaves = []
         for leaf in range((spec.nodes + per_leaf - 1) // per_leaf):
-            nodes_here = min(per_leaf, spec.nodes - leaf * per_leaf)
-            uplink_Bps = nodes_here * spec.node.nics * spec.node.nic_link.bandwidth_Bps / spec.fabric.oversubscription
+            here = [spec.node_at(n) for n in range(leaf * per_leaf, min(spec.nodes, (leaf + 1) * per_leaf))]
+            uplink_Bps = sum(node.nics * node.nic_link.bandwidth_Bps for node in here) / spec.fabric.oversubscription
             # switch traversal latency is taken as included in the NIC kind's port-to-port figure
             leaves.append(self.platform.duplex(f"leaf{leaf}", LinkSpec(kind=spec.node.nic_link.kind, latency=0.0),
                                                bandwidth_Bps=uplink_Bps))

@@ -137,7 +137,7 @@ def host_path(platform: Any, rank: int) -> HostPath | None:
     """The host path of ``rank``'s device on ``platform`` (a :class:`~.topology.Platform`); None
     where the device's data already lives in host memory (CPU devices)."""
     device = platform.devices[rank]
-    link = host_link_kind(device.kind, getattr(platform.spec.node, "host_link", None))
+    link = host_link_kind(device.kind, platform.spec.node_at(device.node).host_link)  # its node's (group's)
     if link is None:
         return None
     host = DEVICE_KINDS.get(HOST_CPU_KIND)

@@ -6,8 +6,10 @@ index), an intra-node link kind, ``node.nics`` NICs per node (device k uses NIC 
 or every transfer is striped over all of them: ``node.nic_policy``) and a fabric joining the
 nodes. Links are full duplex unless ``duplex: half`` or ``aggregate_bandwidth`` says
 otherwise; how flows share a bottleneck is ``fabric.sharing`` (``docs/network.md``).
-Individual ranks may differ through ``device_overrides`` (speed factor, CPU share), which is
-how heterogeneous clusters are described. Whether non-blocking communication moves on its own
+Individual ranks may differ through ``device_overrides`` (speed factor, CPU share), and whole
+nodes through ``node_groups`` (their own device count and kind, cores, NICs, links: the fields a
+group gives replace the ``node`` defaults for its nodes), which is how heterogeneous clusters are
+described; ranks are numbered node by node. Whether non-blocking communication moves on its own
 or only inside the ranks' calls is ``progress`` (``docs/network.md``, "MPI progress").
 
 Units are strings at the edge (``"200Gbps"``, ``"1.5us"``) or SI numbers.
@@ -15,7 +17,8 @@ Units are strings at the edge (``"200Gbps"``, ``"1.5us"``) or SI numbers.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from functools import cached_property
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
@@ -25,8 +28,29 @@ from .devices import DEVICE_KINDS
 from .links import LINK_KINDS
 from .quantities import MAX_DEVICES, MIN_CPUS, BytesPerSecond, FlopsPerSecond, Interval, LatencySeconds, Seconds
 
-__all__ = ["LinkSpec", "DeviceSpec", "CoreSet", "CoRunSpec", "NodeSpec", "FabricSpec", "DeviceOverride", "PlatformSpec",
-           "Seconds", "LatencySeconds", "Interval", "BytesPerSecond", "FlopsPerSecond", "MAX_DEVICES"]
+__all__ = ["LinkSpec", "DeviceSpec", "CoreSet", "CoRunSpec", "NodeSpec", "FabricSpec", "DeviceOverride", "NodeGroup",
+           "PlatformSpec", "merge_platform_fields", "Seconds", "LatencySeconds", "Interval", "BytesPerSecond",
+           "FlopsPerSecond", "MAX_DEVICES"]
+
+
+def merge_platform_fields(base: Any, override: Any) -> Any:
+    """``override`` laid over ``base``, mapping by mapping (what a platform file, an overlay or a
+    node group changes of what lies below it).
+
+    A link given by its kind alone (``intra_link: shm``) and overridden by a mapping
+    (``{bandwidth: 10GBps}``) keeps its kind: the name is read as ``{kind: shm}`` first, so one
+    field of a link can be changed without restating its kind.
+    """
+    if not isinstance(override, dict):
+        return override
+    if isinstance(base, str):
+        base = {"kind": base}  # a link named by its kind (LinkSpec's shorthand)
+    if not isinstance(base, dict):
+        return override
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge_platform_fields(out[key], value) if key in out else value
+    return out
 
 
 class _Frozen(BaseModel):
@@ -201,13 +225,28 @@ class DeviceOverride(_Frozen):
     cpus: float | None = Field(None, ge=MIN_CPUS, le=65536, description="CPU share, >= 0.01")
 
 
+class NodeGroup(_Frozen):
+    """Nodes that differ from the platform's ``node`` (heterogeneous clusters).
+
+    ``node`` gives the fields that differ; the group's nodes take every other field from the
+    platform's ``node`` (a link keeps its kind when only its bandwidth is given). After
+    validation ``node`` is the group's whole node.
+    """
+
+    nodes: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="the nodes of the group (0 .. nodes-1)")
+    node: NodeSpec = Field(description="what these nodes have, e.g. {devices: 8, device: {kind: h100}, nics: 4}")
+
+
 class PlatformSpec(_Frozen):
     """The hardware a scenario runs on."""
 
     name: str = "custom"
     description: str = ""
-    nodes: int = Field(1, ge=1, le=MAX_DEVICES, description="number of identical nodes")
+    nodes: int = Field(1, ge=1, le=MAX_DEVICES, description="number of nodes")
     node: NodeSpec = Field(default_factory=NodeSpec)
+    node_groups: list[NodeGroup] = Field(default_factory=list, description=(
+        "nodes that differ from node: each group names its nodes and the node fields that differ (device count "
+        "and kind, cores, NICs, links ...); default: every node is node"))
     fabric: FabricSpec = Field(default_factory=FabricSpec)
     device_overrides: list[DeviceOverride] = Field(default_factory=list)
     collectives: CollectiveCostSpec | None = Field(None, description=(
@@ -221,14 +260,73 @@ class PlatformSpec(_Frozen):
         "call (a wait, a receive, another collective), as MPICH and Open MPI without a progress thread. "
         "Default async")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _groups_over_node(cls, data: Any) -> Any:
+        """Each node group's fields laid over the platform's ``node`` (before either is validated)."""
+        if not isinstance(data, dict) or not isinstance(data.get("node_groups"), list):
+            return data
+        node = data.get("node", {})
+        node = node.model_dump(exclude_unset=True) if isinstance(node, BaseModel) else node
+        groups = []
+        for group in data["node_groups"]:
+            if isinstance(group, dict) and isinstance(group.get("node", {}), dict) and isinstance(node, dict):
+                group = {**group, "node": merge_platform_fields(node, group.get("node", {}))}
+            groups.append(group)
+        return {**data, "node_groups": groups}
+
+    def node_at(self, node: int) -> NodeSpec:
+        """What node ``node`` has: its group's node, else ``node``."""
+        return self._node_specs[node]
+
+    @cached_property
+    def _node_specs(self) -> list[NodeSpec]:
+        specs = [self.node] * self.nodes
+        for group in self.node_groups:
+            for n in group.nodes:
+                if n < self.nodes:
+                    specs[n] = group.node
+        return specs
+
+    @cached_property
+    def _first_ranks(self) -> list[int]:
+        firsts, rank = [], 0
+        for spec in self._node_specs:
+            firsts.append(rank)
+            rank += spec.devices
+        return firsts
+
+    @property
+    def heterogeneous_nodes(self) -> bool:
+        """Whether some node differs from ``node`` (a node group)."""
+        return bool(self.node_groups)
+
     @property
     def device_count(self) -> int:
-        return self.nodes * self.node.devices
+        if not self.node_groups:
+            return self.nodes * self.node.devices
+        return sum(spec.devices for spec in self._node_specs)
+
+    def first_rank(self, node: int) -> int:
+        """The rank of node ``node``'s first device (ranks are numbered node by node)."""
+        if not self.node_groups:
+            return node * self.node.devices
+        return self._first_ranks[node]
 
     @model_validator(mode="after")
     def _consistent(self):
+        grouped: dict[int, int] = {}
+        for i, group in enumerate(self.node_groups):
+            for n in group.nodes:
+                if n >= self.nodes:
+                    raise ValueError(f"node_groups[{i}].nodes: node {n} does not exist (the platform has nodes "
+                                     f"0..{self.nodes - 1})")
+                if n in grouped:
+                    raise ValueError(f"node_groups[{i}].nodes: node {n} is already in node_groups[{grouped[n]}]; "
+                                     "a node belongs to one group")
+                grouped[n] = i
         if self.device_count > MAX_DEVICES:
-            raise ValueError(f"nodes x node.devices = {self.device_count} devices; a platform may have at most "
+            raise ValueError(f"the nodes have {self.device_count} devices in all; a platform may have at most "
                              f"{MAX_DEVICES}")
         for i, override in enumerate(self.device_overrides):
             bad = [r for r in override.ranks if r >= self.device_count]

@@ -60,10 +60,10 @@ class Platform:
         self.spec = spec
         self.links = LinkList(spec.fabric.sharing)
         self.devices: list[Device] = self._make_devices(spec)
-        self._ports = [self.duplex(f"n{d.node}.d{d.local_rank}", spec.node.intra_link, half_latency=True)
+        self._ports = [self.duplex(f"n{d.node}.d{d.local_rank}", spec.node_at(d.node).intra_link, half_latency=True)
                        for d in self.devices]
-        self.nics = [[self.duplex(f"n{n}.nic{k}", spec.node.nic_link, half_latency=True)
-                      for k in range(spec.node.nics)] for n in range(spec.nodes)]
+        self.nics = [[self.duplex(f"n{n}.nic{k}", spec.node_at(n).nic_link, half_latency=True)
+                      for k in range(spec.node_at(n).nics)] for n in range(spec.nodes)]
         self.fabric = make_fabric(self, spec)  # builds its own links after the ports and NICs
         self._routes: dict[tuple[int, int], tuple[Link, ...]] = {}
 
@@ -76,17 +76,18 @@ class Platform:
             fields = {k: v for k, v in (("speed", override.speed), ("cpus", override.cpus)) if v is not None}
             for rank in override.ranks:
                 overrides.setdefault(rank, {}).update(fields)
-        base = spec.node.device
-        kind = DEVICE_KINDS.get(base.kind)
         devices = []
-        for rank in range(spec.device_count):
-            node, local = divmod(rank, spec.node.devices)
-            fields = overrides.get(rank, {})
-            cpus = fields.get("cpus", base.cpus)
-            if cpus is None and not kind.is_gpu:
-                cpus = 1.0
-            devices.append(Device(rank, node, local, base.kind, fields.get("speed", base.speed), cpus,
-                                  base.peak_flops or kind.peak_flops))
+        for node in range(spec.nodes):
+            base = spec.node_at(node).device
+            kind = DEVICE_KINDS.get(base.kind)
+            for local in range(spec.node_at(node).devices):
+                rank = len(devices)
+                fields = overrides.get(rank, {})
+                cpus = fields.get("cpus", base.cpus)
+                if cpus is None and not kind.is_gpu:
+                    cpus = 1.0
+                devices.append(Device(rank, node, local, base.kind, fields.get("speed", base.speed), cpus,
+                                      base.peak_flops or kind.peak_flops))
         return devices
 
     def new_link(self, name: str, kind: str, latency_s: float, bandwidth_Bps: float, *,
@@ -128,8 +129,8 @@ class Platform:
         return self.devices[rank].node
 
     def ranks_on_node(self, node: int) -> list[int]:
-        per = self.spec.node.devices
-        return list(range(node * per, (node + 1) * per))
+        first = self.spec.first_rank(node)
+        return list(range(first, first + self.spec.node_at(node).devices))
 
     @cached_property
     def link_by_name(self) -> dict[str, Link]:

@@ -50,18 +50,21 @@ class ComputeExecution:
     def _core_sharing(self, platform: Platform) -> _CoreSharing | None:
         """Processor sharing of node cores: a flow network of rank caps and core pools (one per
         node with ``node.cores``, one per set and node with ``node.core_sets``)."""
-        node = platform.spec.node
-        if not node.shares_cores:
+        spec = platform.spec
+        if not any(spec.node_at(n).shares_cores for n in range(spec.nodes)):
             return None
-        sets = [(node.cores, list(range(node.devices)))] if node.core_sets is None else \
-            [(core_set.cores, core_set.devices) for core_set in node.core_sets]
         links: list[Link] = []
         pool_of: dict[int, Link] = {}
-        for n in range(platform.spec.nodes):
+        for n in range(spec.nodes):
+            node, first = spec.node_at(n), spec.first_rank(n)
+            if not node.shares_cores:
+                continue
+            sets = [(node.cores, list(range(node.devices)))] if node.core_sets is None else \
+                [(core_set.cores, core_set.devices) for core_set in node.core_sets]
             for k, (cores, local_ranks) in enumerate(sets):
                 pool = Link(len(links), f"n{n}.cores{k}", "cores", 0.0, cores)
                 links.append(pool)
-                pool_of.update({n * node.devices + local: pool for local in local_ranks})
+                pool_of.update({first + local: pool for local in local_ranks})
         routes, pools = [], []
         for device in platform.devices:
             cap = Link(len(links), f"rank{device.rank}.cpus", "cpu-share", 0.0, device.cpus or 1.0)
