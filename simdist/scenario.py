@@ -27,7 +27,7 @@ from .errors import InputError
 from .faults import FaultsConfig, check_faults
 from .platform.noise import NoiseSpec
 from .platform.presets import PLATFORMS
-from .platform.spec import Interval, LatencySeconds, PlatformSpec
+from .platform.spec import Interval, LatencySeconds, PlatformSpec, merge_platform_fields
 from .platform.stragglers import StragglerSpec
 from .runtime.collectives import COLLECTIVES
 from .training.data_loading import DataLoadingConfig
@@ -359,10 +359,8 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
+    """A platform layer over the one below (a link overridden field by field keeps its kind)."""
+    return merge_platform_fields(base, override)
 
 
 def _check_reference(path: Path, what: str, source: str | None, field: str) -> None:

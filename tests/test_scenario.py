@@ -69,6 +69,15 @@ def test_units_in_platform_fields_become_si(tmp_path):
     assert scenario.platform.node.intra_link.latency_s == pytest.approx(2e-6)
 
 
+def test_one_field_of_a_preset_s_link_is_set_without_restating_its_kind():
+    scenario = load_scenario(REPO / "scenarios" / "quickstart.yaml",
+                             ["platform.node.intra_link.bandwidth=10GB/s", "platform.node.nic_link.latency=2 us"])
+    assert scenario.platform.node.intra_link.kind == "shm"  # the preset's, named by kind alone
+    assert scenario.platform.node.intra_link.bandwidth_Bps == pytest.approx(10e9)
+    assert scenario.platform.node.nic_link.kind == "ethernet-tcp" and scenario.platform.node.nic_link.latency_s == 2e-6
+    assert scenario.platform.node.intra_link.latency_s == load_scenario(
+        REPO / "scenarios" / "quickstart.yaml").platform.node.intra_link.latency_s  # the rest stays the kind's
+
 def test_platform_file_relative_to_scenario(tmp_path):
     (tmp_path / "plat.yaml").write_text(yaml.safe_dump({"nodes": 3, "node": {"devices": 2}}))
     data = base()
