@@ -12,7 +12,8 @@ directories that ``simdist sweep`` wrote, and writes ``reports/<name>/``:
                          mean, standard deviation and 95 % half-width of each metric, speedup
                          and efficiency against the baseline
 ``figures/``             PNG + SVG: ``speedup``, ``efficiency``, ``time_to_accuracy`` (error bars:
-                         95 % intervals over seeds), ``staleness`` (overlaid histograms),
+                         95 % intervals over seeds), ``staleness`` (box plots per worker count,
+                         in versions and seconds: :mod:`simdist.staleness_figures`),
                          ``accuracy_vs_time`` (overlaid), ``time_per_step``
 =======================  =====================================================================
 
@@ -27,8 +28,8 @@ which algorithms cannot be told apart (:mod:`simdist.report_text`).
 The ranking answers "which algorithm wins on this cluster": each algorithm at the worker count
 where its mean time to the target accuracy is lowest among those where every seed reached it,
 ranked ascending; algorithms that never reached it in every seed come last, ordered by mean
-best accuracy. Overlays of staleness and accuracy use each algorithm's point with the most
-workers (its first seed).
+best accuracy. The accuracy overlay and the ledger bars use each algorithm's point with the
+most workers (its first seed); staleness is drawn for every point, seeds pooled.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ from .aggregate import aggregate, column_roles
 from .errors import InputError
 from .outdir import staged_dir
 from .plot_common import new_figure, save_figure
-from .plots import (ledger_bars, overlay_accuracy, overlay_staleness, plot_efficiency, plot_speedup,
-                    plot_time_to_accuracy)
+from .plots import ledger_bars, overlay_accuracy, plot_efficiency, plot_speedup, plot_time_to_accuracy
 from .report_text import html_page, markdown, told_apart
 from .result_files import load_result_dir
 from .speedup import DEFAULT_BASELINE, resolve_baselines, speedup_table
+from .staleness_figures import plot_staleness_panels, staleness_points
 
 __all__ = ["RANKING_COLUMNS", "ranking_table", "points_table", "write_report", "scaling_mode"]
 
@@ -169,9 +170,6 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
     loaded = _largest_points(table, sweep_dir)
     most = max((r.n_workers or 0) for r in loaded) if loaded else 0
     drawers = _scaling_drawers(table, baseline, meta.get("axes") or None, against)
-    if any(len(r.steps) for r in loaded):
-        drawers.append(("staleness", lambda ax: overlay_staleness(loaded, ax),
-                        f"Staleness of applied updates, each algorithm at its largest worker count (up to {most})."))
     if any(len(r.evals) for r in loaded):
         drawers.append(("accuracy_vs_time", lambda ax: overlay_accuracy(loaded, ax, x="time_s"),
                         f"Test accuracy against virtual time, each algorithm at its largest worker count "
@@ -189,6 +187,16 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
             draw(ax)
             save_figure(style.finish_axes(fig), figures / name)
         drawn[name] = caption
+    with style.style_context():
+        panels = plot_staleness_panels(staleness_points([load_result_dir(sweep_dir / "points" / str(key))
+                                                         for key in table["key"]]),
+                                       f"{meta.get('name') or sweep_dir.name}: staleness by worker count")
+        if panels is not None:
+            save_figure(style.finish_axes(panels), figures / "staleness")
+            drawn["staleness"] = ("Staleness of every applied update, one panel per worker count, seeds pooled: box = "
+                                  "quartiles and median, whiskers = 5th-95th percentile, diamond = mean; top in model "
+                                  "versions, bottom in seconds (versions x the run's virtual time per step). "
+                                  "Algorithms with identical staleness are named together.")
     return drawn
 
 
