@@ -1,4 +1,4 @@
-"""Several runs on one axes: accuracy against virtual time or steps, staleness distributions.
+"""Several runs on one axes: accuracy against virtual time or steps, staleness distributions, time per step.
 
 :func:`overlay_accuracy` and :func:`overlay_staleness` put several loaded runs
 (:class:`~simdist.result_files.LoadedResult`) on one axes, a line per run labelled by its
@@ -16,6 +16,8 @@ from typing import Sequence
 import numpy as np
 from matplotlib.axes import Axes
 
+from . import plot_style as style
+from .ledger_figures import ledger_bars
 from .plot_common import legend, new_axes, new_figure, numeric, run_labels, save_figure, staleness_edges
 from .result_files import LoadedResult
 
@@ -73,4 +75,11 @@ def plot_comparison(loaded_list: Sequence[LoadedResult], out_dir: str | os.PathL
         fig, ax = new_figure()
         draw(ax)
         written += save_figure(fig, out / name)
+    ledgers = {label: r.ledger[r.ledger["rank"].isin([int(w) for w in r.workers["worker"]])]
+               for r, label in zip(loaded_list, run_labels(loaded_list)) if r.ledger is not None and not r.ledger.empty}
+    if ledgers:  # where each variant's step goes, its workers' mean step stacked by ledger part
+        with style.style_context():
+            fig, ax = new_figure()
+            ledger_bars(ledgers, ax, title="Where a worker's step goes, by variant")
+            written += save_figure(style.finish_axes(fig), out / "compare_time_per_step")
     return written

@@ -7,6 +7,8 @@ Each kind of figure lives in its own module; this one gathers their public names
 :mod:`simdist.run_figures`      the figures of one run (:data:`FIGURES`): loss, accuracy,
                                 staleness, iteration times, batch sizes, time per step
 :mod:`simdist.timeline_figure`  the per-rank timeline of one run, read from ``trace.json``
+:mod:`simdist.ledger_figures`   where a step's time goes: ledger parts stacked, per rank or per run
+:mod:`simdist.staleness_figures`  staleness per algorithm and worker count (sweep reports)
 :mod:`simdist.overlay_figures`  several runs on one axes (``simdist compare``, sweep reports)
 :mod:`simdist.scaling_figures`  a sweep's speedup, efficiency and time to accuracy against workers
 :mod:`simdist.plot_common`      a figure on the Agg canvas; PNG + SVG saved reproducibly
@@ -26,7 +28,8 @@ from pathlib import Path
 from .outdir import staged_dir
 from .overlay_figures import overlay_accuracy, overlay_staleness, plot_comparison
 from .result_files import PLOTS_DIR, load_result_dir
-from .run_figures import FIGURES, MAX_BOXES, figure, ledger_bars, plot_tables
+from .ledger_figures import ledger_bars, ledger_panels
+from .run_figures import FIGURES, MAX_BOXES, figure, plot_tables
 from .scaling_figures import plot_efficiency, plot_speedup, plot_time_to_accuracy, scaling_table
 from .timeline_figure import MAX_SPANS_PER_RANK, MAX_TIMELINE_RANKS, MIN_SPAN_PX
 
@@ -40,6 +43,7 @@ __all__ = [
     "plot_tables",
     "figure",
     "ledger_bars",
+    "ledger_panels",
     "overlay_accuracy",
     "overlay_staleness",
     "plot_comparison",

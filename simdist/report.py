@@ -14,7 +14,8 @@ directories that ``simdist sweep`` wrote, and writes ``reports/<name>/``:
 ``figures/``             PNG + SVG: ``speedup``, ``efficiency``, ``time_to_accuracy`` (error bars:
                          95 % intervals over seeds), ``staleness`` (box plots per worker count,
                          in versions and seconds: :mod:`simdist.staleness_figures`),
-                         ``accuracy_vs_time`` (overlaid), ``time_per_step``
+                         ``accuracy_vs_time`` (overlaid), ``time_per_step`` (ledger parts stacked,
+                         a panel per worker count: :mod:`simdist.ledger_figures`)
 =======================  =====================================================================
 
 Honest comparisons: every value is a mean over the seeds of its point (a ``seed`` sweep axis;
@@ -28,8 +29,9 @@ which algorithms cannot be told apart (:mod:`simdist.report_text`).
 The ranking answers "which algorithm wins on this cluster": each algorithm at the worker count
 where its mean time to the target accuracy is lowest among those where every seed reached it,
 ranked ascending; algorithms that never reached it in every seed come last, ordered by mean
-best accuracy. The accuracy overlay and the ledger bars use each algorithm's point with the
-most workers (its first seed); staleness is drawn for every point, seeds pooled.
+best accuracy. The accuracy overlay uses each algorithm's point with the most workers (its
+first seed); staleness (seeds pooled) and the ledger bars (first seed) are drawn for every
+worker count, a panel each.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from .aggregate import aggregate, column_roles
 from .errors import InputError
 from .outdir import staged_dir
 from .plot_common import new_figure, save_figure
-from .plots import ledger_bars, overlay_accuracy, plot_efficiency, plot_speedup, plot_time_to_accuracy
+from .plots import ledger_panels, overlay_accuracy, plot_efficiency, plot_speedup, plot_time_to_accuracy
 from .report_text import html_page, markdown, told_apart
 from .result_files import load_result_dir
 from .speedup import DEFAULT_BASELINE, resolve_baselines, speedup_table
@@ -174,12 +176,6 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
         drawers.append(("accuracy_vs_time", lambda ax: overlay_accuracy(loaded, ax, x="time_s"),
                         f"Test accuracy against virtual time, each algorithm at its largest worker count "
                         f"(up to {most})."))
-    ledgers = {f"{r.algorithm} ({r.n_workers})": r.ledger[r.ledger["rank"].isin(_worker_ranks(r))]
-               for r in loaded if r.ledger is not None and not r.ledger.empty}
-    if ledgers:
-        drawers.append(("time_per_step", lambda ax: ledger_bars(ledgers, ax),
-                        "Where the time goes: a worker's mean step, stacked by ledger part (ledger.csv), each "
-                        f"algorithm at its largest worker count (up to {most})."))
     drawn: dict[str, str] = {}
     for name, draw, caption in drawers:
         with style.style_context():
@@ -187,9 +183,14 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
             draw(ax)
             save_figure(style.finish_axes(fig), figures / name)
         drawn[name] = caption
+    runs = [load_result_dir(sweep_dir / "points" / str(key)) for key in table["key"]]
     with style.style_context():
-        panels = plot_staleness_panels(staleness_points([load_result_dir(sweep_dir / "points" / str(key))
-                                                         for key in table["key"]]),
+        bars = ledger_panels(_ledgers_by_workers(runs), f"{meta.get('name') or sweep_dir.name}: where a step's time goes")
+        if bars is not None:
+            save_figure(style.finish_axes(bars), figures / "time_per_step")
+            drawn["time_per_step"] = ("Where the time goes: a worker's mean step stacked by ledger part (ledger.csv), "
+                                      "one panel per worker count, a bar per algorithm (its first seed).")
+        panels = plot_staleness_panels(staleness_points(runs),
                                        f"{meta.get('name') or sweep_dir.name}: staleness by worker count")
         if panels is not None:
             save_figure(style.finish_axes(panels), figures / "staleness")
@@ -198,6 +199,17 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
                                   "versions, bottom in seconds (versions x the run's virtual time per step). "
                                   "Algorithms with identical staleness are named together.")
     return drawn
+
+
+def _ledgers_by_workers(runs: list) -> dict[int, dict[str, pd.DataFrame]]:
+    """workers -> {algorithm: its workers' ledger rows}, each algorithm's first run (first seed) at that size."""
+    groups: dict[int, dict[str, pd.DataFrame]] = {}
+    for run in runs:
+        if run.ledger is None or run.ledger.empty or run.n_workers is None:
+            continue
+        groups.setdefault(run.n_workers, {}).setdefault(
+            run.algorithm, run.ledger[run.ledger["rank"].isin(_worker_ranks(run))])
+    return groups
 
 
 def _baseline_sentences(table: pd.DataFrame, baseline: str | None, axes: Sequence[str] | None) -> list[str]:

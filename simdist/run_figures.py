@@ -35,7 +35,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from . import plot_style as style
-from .plot_common import figure_title, largest, legend, new_axes, new_figure, numeric, save_figure, staleness_edges
+from .ledger_figures import ledger_bars
+from .plot_common import figure_title, largest, legend, new_figure, numeric, save_figure, staleness_edges
 from .result_files import LoadedResult
 from .timeline_figure import draw_timeline
 
@@ -81,35 +82,8 @@ def _draw_ledger(loaded: LoadedResult) -> Figure | None:
         return None
     ax = ledger_bars({f"rank {int(rank)}": rows for rank, rows in ledger.groupby("rank")},
                      title=figure_title(loaded, "where a step's time goes"))
-    for bars in ax.containers:  # each part in its own colour, the timeline's for compute, comm and wait
-        look = style.PART_STYLES.get(str(bars.get_label()).replace(" ", "_"), {})
-        for patch in bars:
-            patch.set(**look)
-    if ax.get_legend() is not None:
-        ax.legend(fontsize=style.FONT_SIZES["legend"], loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    heights = np.sum([[patch.get_height() for patch in bars] for bars in ax.containers], axis=0)
-    style.time_axis(ax.yaxis, "mean time per step (virtual)", float(np.max(heights, initial=0.0)))
     ax.set_xlabel("rank")
     return ax.figure
-
-
-def ledger_bars(ledgers: dict[str, pd.DataFrame], ax: Axes | None = None, *, title: str = "") -> Axes:
-    """One stacked bar per label: the mean seconds per step of every ledger part with any time."""
-    from .ledger import PARTS
-
-    ax = ax if ax is not None else new_axes()
-    means = {label: rows[list(PARTS)].mean() for label, rows in ledgers.items()}
-    used = [part for part in PARTS if any(m[part] > 0 for m in means.values())]
-    bottom = np.zeros(len(means))
-    for part in used:
-        heights = np.array([m[part] for m in means.values()])
-        ax.bar(list(means), heights, bottom=bottom, label=part.replace("_", " "))
-        bottom += heights
-    ax.set_ylabel("seconds per step (mean)")
-    ax.set_title(title)
-    ax.tick_params(axis="x", labelrotation=45 if len(means) > 8 else 0)
-    legend(ax)
-    return ax
 
 
 def _draw_loss(loaded: LoadedResult) -> Figure | None:

@@ -52,7 +52,7 @@ def test_run_comparison_writes_each_variant_and_the_table(tmp_path):
     assert list(table["label"]) == ["sync-ring", "asgd"]
     assert list(table["algorithm"]) == ["sync", "asgd"]
     assert (out / "sync-ring" / "summary.json").is_file() and (out / "asgd" / "steps.csv").is_file()
-    for name in ("compare_accuracy_vs_time", "compare_accuracy_vs_step", "compare_staleness"):
+    for name in ("compare_accuracy_vs_time", "compare_accuracy_vs_step", "compare_staleness", "compare_time_per_step"):
         assert (out / "plots" / f"{name}.png").is_file()
 
 
