@@ -49,3 +49,4 @@ def test_one_column_per_worker_count_two_rows_and_identical_series_named_togethe
         assert ax.yaxis.get_offset_text().get_text() == ""
         assert all(float(t.get_text().replace("−", "-")) == int(float(t.get_text().replace("−", "-")))
                    for t in axes[0].get_yticklabels() if t.get_text())  # versions: integer ticks
+
