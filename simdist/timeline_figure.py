@@ -6,6 +6,11 @@ row. Spans narrower than a pixel are widened to :data:`MIN_SPAN_PX` so that shor
 stay visible. Long runs show only their first seconds: at most :data:`MAX_SPANS_PER_RANK`
 spans per rank, cut at a common horizon, and at most :data:`MAX_TIMELINE_RANKS` rows.
 The legend says "(none)" for a kind the run never did (a balanced sync run never waits).
+
+A run of many iterations is drawn twice: an overview strip of everything shown, with the
+zoomed window shaded, above a zoom on a representative window — :data:`ZOOM_ITERATIONS` steady
+iterations of the first rank after :data:`WARMUP_ITERATIONS` warm-up ones — with a scale bar, so
+that a step's compute, communication and waiting are wide enough to read.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from .plot_common import figure_title
 from .result_files import LoadedResult
 from .tracefile import read_trace_spans
 
-__all__ = ["MAX_SPANS_PER_RANK", "MAX_TIMELINE_RANKS", "MIN_SPAN_PX", "draw_timeline"]
+__all__ = ["MAX_SPANS_PER_RANK", "MAX_TIMELINE_RANKS", "MIN_SPAN_PX", "WARMUP_ITERATIONS", "ZOOM_ITERATIONS",
+           "draw_timeline", "zoom_window"]
 
 MAX_SPANS_PER_RANK = 2000
 MAX_TIMELINE_RANKS = 256
@@ -32,11 +38,14 @@ _TIMELINE_WIDTH_IN = 10.0
 _TIMELINE_AXES_FRACTION = 0.5  # of the figure's width, at most (the rest: rank labels, legend)
 _RASTERIZE_ABOVE = 5000  # artists with more points than this are rasterized in SVG
 _TIME_LABEL = "virtual time"
+WARMUP_ITERATIONS, ZOOM_ITERATIONS = 2, 3  # the zoom: after this many iterations, this many of them
+_OVERVIEW_HEIGHT_IN = 1.1
 
 
 def draw_timeline(loaded: LoadedResult) -> Figure | None:
     """One row per rank: compute, comm and wait spans in their colours; spans narrower than a
-    pixel are widened to :data:`MIN_SPAN_PX` so that short communications stay visible."""
+    pixel are widened to :data:`MIN_SPAN_PX` so that short communications stay visible. With
+    enough iterations, an overview strip of the whole above a zoom on a steady window."""
     if not loaded.trace_path.is_file():
         return None
     spans, labels = read_trace_spans(loaded.trace_path)
@@ -45,38 +54,83 @@ def draw_timeline(loaded: LoadedResult) -> Figure | None:
     ranks = sorted(set(spans["rank"]) | set(labels))
     shown = ranks[:MAX_TIMELINE_RANKS]
     spans, horizon_s = _first_spans(spans[spans["rank"].isin(shown)])
-    row_of = {rank: i for i, rank in enumerate(shown)}
-    fig = Figure(figsize=(_TIMELINE_WIDTH_IN, float(np.clip(1.2 + 0.3 * len(shown), 3.0, 14.0))),
-                 layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
     end_s = max(float(spans["end_s"].max()), float(loaded.summary.get("virtual_time_s") or 0.0))
     end_s = horizon_s if horizon_s is not None else end_s
-    min_width_s = end_s * MIN_SPAN_PX / (_TIMELINE_WIDTH_IN * style.DPI * _TIMELINE_AXES_FRACTION)
-    present = set(spans["kind"])
-    for kind in _kind_order(present):
-        color = style.KIND_COLORS.get(kind, style.OTHER_COLOR)
-        for blocking, (low, high) in ((True, (-0.42, 0.2)), (False, (0.25, 0.42))):
-            rows = spans[(spans["kind"] == kind) & (spans["blocking"] == blocking)]
-            if not rows.empty:
-                bars = _bars(rows, row_of, low, high, color, alpha=1.0 if blocking else 0.6, min_width_s=min_width_s)
-                ax.add_collection(bars, autolim=False)  # limits are set below
-    ax.set_xlim(0.0, end_s)
-    ax.set_ylim(len(shown) - 0.5, -0.5)
-    ax.grid(False, axis="y")
+    window = zoom_window(spans, end_s)
+    rows_in = float(np.clip(1.2 + 0.3 * len(shown), 3.0, 14.0))
+    fig = Figure(figsize=(_TIMELINE_WIDTH_IN, rows_in + (_OVERVIEW_HEIGHT_IN if window else 0.0)), layout="constrained")
+    FigureCanvasAgg(fig)
+    if window is not None:
+        overview, ax = fig.subplots(2, 1, height_ratios=[_OVERVIEW_HEIGHT_IN, rows_in])
+        _draw_spans(overview, spans, shown, 0.0, end_s)
+        overview.axvspan(*window, color=style.TEXT_COLOR, alpha=0.15, linewidth=0)
+        overview.set_yticks([])
+        style.time_axis(overview.xaxis, "whole run (shaded: the zoom below), virtual time", end_s)
+        start_s, stop_s = window
+    else:
+        ax = fig.add_subplot()
+        start_s, stop_s = 0.0, end_s
+    _draw_spans(ax, spans, shown, start_s, stop_s)
     step = max(1, len(shown) // 48)
     ax.set_yticks(range(0, len(shown), step))
     ax.set_yticklabels([labels.get(r, f"rank {r}") for r in shown[::step]], fontsize=7 if len(shown) > 16 else 8)
-    style.time_axis(ax.xaxis, _TIME_LABEL, end_s)
+    style.time_axis(ax.xaxis, _TIME_LABEL, stop_s)
+    if window is not None:
+        _scale_bar(ax, start_s, stop_s, len(shown))
     what = "what each rank does over virtual time"
     if len(shown) < len(ranks):
         what += f" (ranks {shown[0]}..{shown[-1]} of {len(ranks)})"
     if horizon_s is not None:
         what += f", first {style.format_duration(horizon_s)}"
-    ax.set_title(figure_title(loaded, what))
-    ax.legend(handles=_timeline_handles(spans, present), loc="upper left", bbox_to_anchor=(1.01, 1.0),
+    if window is not None:
+        what += f"; zoom: iterations {WARMUP_ITERATIONS + 1}-{WARMUP_ITERATIONS + ZOOM_ITERATIONS} of rank {shown[0]}"
+    (fig.axes[0]).set_title(figure_title(loaded, what))
+    ax.legend(handles=_timeline_handles(spans, set(spans["kind"])), loc="upper left", bbox_to_anchor=(1.01, 1.0),
               title=f"spans (at least {MIN_SPAN_PX:g} px wide)", title_fontsize=style.FONT_SIZES["legend"])
     return fig
+
+
+def zoom_window(spans: pd.DataFrame, end_s: float) -> tuple[float, float] | None:
+    """A representative window: from the start of the first shown rank's forward/backward number
+    WARMUP_ITERATIONS + 1 to that of number WARMUP_ITERATIONS + ZOOM_ITERATIONS + 1 (or the end);
+    None when the run has too few iterations for a zoom to show more than the whole."""
+    first = spans["rank"].min()
+    starts = np.sort(spans[(spans["rank"] == first) & (spans["kind"] == "compute")
+                           & (spans["name"] == "forward/backward")]["start_s"].to_numpy())
+    if starts.size < WARMUP_ITERATIONS + ZOOM_ITERATIONS + 2:
+        return None
+    begin = float(starts[WARMUP_ITERATIONS])
+    stop = float(starts[WARMUP_ITERATIONS + ZOOM_ITERATIONS])
+    return (begin, min(stop, end_s)) if stop > begin else None
+
+
+def _draw_spans(ax, spans: pd.DataFrame, shown: list[int], start_s: float, stop_s: float) -> None:
+    """Every kind's spans between ``start_s`` and ``stop_s`` on ``ax``, a row per shown rank."""
+    row_of = {rank: i for i, rank in enumerate(shown)}
+    inside = spans[(spans["end_s"] > start_s) & (spans["start_s"] < stop_s)]
+    min_width_s = (stop_s - start_s) * MIN_SPAN_PX / (_TIMELINE_WIDTH_IN * style.DPI * _TIMELINE_AXES_FRACTION)
+    for kind in _kind_order(set(inside["kind"])):
+        color = style.KIND_COLORS.get(kind, style.OTHER_COLOR)
+        for blocking, (low, high) in ((True, (-0.42, 0.2)), (False, (0.25, 0.42))):
+            rows = inside[(inside["kind"] == kind) & (inside["blocking"] == blocking)]
+            if not rows.empty:
+                bars = _bars(rows, row_of, low, high, color, alpha=1.0 if blocking else 0.6, min_width_s=min_width_s)
+                ax.add_collection(bars, autolim=False)  # limits are set below
+    ax.set_xlim(start_s, stop_s)
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.grid(False, axis="y")
+
+
+def _scale_bar(ax, start_s: float, stop_s: float, rows: int) -> None:
+    """A bar of a round duration (1, 2 or 5 x 10^k, about a fifth of the window) under the zoom's last row."""
+    target = (stop_s - start_s) / 5
+    magnitude = 10.0 ** np.floor(np.log10(target))
+    length = max(m * magnitude for m in (1, 2, 5) if m * magnitude <= target)
+    x1 = stop_s - 0.02 * (stop_s - start_s)
+    y = rows - 0.5
+    ax.plot([x1 - length, x1], [y, y], color=style.TEXT_COLOR, linewidth=3, solid_capstyle="butt", clip_on=False)
+    ax.annotate(style.format_duration(length), (x1 - length / 2, y), xytext=(0, 4), textcoords="offset points",
+                ha="center", va="bottom", fontsize=style.FONT_SIZES["legend"], color=style.TEXT_COLOR)
 
 
 def _kind_order(kinds: set[str]) -> list[str]:
