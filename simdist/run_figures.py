@@ -42,12 +42,13 @@ from .timeline_figure import draw_timeline
 
 __all__ = ["FIGURES", "MAX_BOXES", "plot_tables", "figure", "ledger_bars"]
 
-FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "batch_size_vs_time", "timeline",
-           "time_per_step")
+FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "staleness_vs_time", "iteration_times",
+           "batch_size_vs_time", "timeline", "time_per_step")
 MAX_BOXES = 48  # workers above which iteration times are drawn as quantile bands
 _FEW_LEVELS = 3  # iteration times with at most this many distinct values (4 digits) are listed in words
 _RASTERIZE_ABOVE = 5000  # artists with more points than this are rasterized in SVG
 _TIME_LABEL = "virtual time"
+RUNNING_MEAN_UPDATES = 50  # the staleness-over-time figure's running mean
 
 
 def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[Path]:
@@ -66,6 +67,7 @@ def plot_tables(loaded: LoadedResult, out_dir: str | os.PathLike[str]) -> list[P
 def figure(loaded: LoadedResult, name: str) -> Figure | None:
     """The figure ``name`` (one of :data:`FIGURES`) of ``loaded``, unsaved; None where its data is absent."""
     draw = {"loss_vs_time": _draw_loss, "accuracy_vs_time": _draw_accuracy, "staleness_hist": _draw_staleness,
+            "staleness_vs_time": _draw_staleness_over_time,
             "iteration_times": _draw_iteration_times, "batch_size_vs_time": _draw_batch_sizes,
             "timeline": draw_timeline, "time_per_step": _draw_ledger}
     if name not in draw:
@@ -160,6 +162,34 @@ def _draw_staleness(loaded: LoadedResult) -> Figure | None:
         what = f"staleness of {staleness.size} updates"
     else:
         what = f"staleness of {staleness.size} updates (mean {float(np.mean(staleness)):.3g})"
+    ax.set_title(figure_title(loaded, what))
+    return fig
+
+
+def _draw_staleness_over_time(loaded: LoadedResult) -> Figure | None:
+    """Each applied update's staleness against virtual time, with a running mean over
+    :data:`RUNNING_MEAN_UPDATES` updates; a run that never varies says so (sync: 0 throughout)."""
+    steps = numeric(loaded.steps, "time_s", "staleness").dropna().sort_values("time_s", kind="stable")
+    if steps.empty:
+        return None
+    fig, ax = new_figure()
+    time_s, staleness = steps["time_s"].to_numpy(), steps["staleness"].to_numpy()
+    only = style.constant_value(staleness, rtol=0.0)
+    ax.plot(time_s, staleness, linestyle="none", marker="o", markersize=2, alpha=0.35, color=style.SERIES_COLORS[0],
+            label="an update", rasterized=len(steps) > _RASTERIZE_ABOVE)
+    if only is None:
+        window = min(RUNNING_MEAN_UPDATES, len(staleness))
+        running = pd.Series(staleness).rolling(window, min_periods=1).mean().to_numpy()
+        ax.plot(time_s, running, color=style.SERIES_COLORS[1], label=f"mean of the last {window} updates")
+        ax.legend(loc="upper left")
+        what = f"staleness over time (mean {float(np.mean(staleness)):.3g})"
+    else:
+        style.note(ax, f"{loaded.algorithm}: every update has staleness {only:g} ({staleness.size} updates)",
+                   x=0.98, y=0.96, ha="right", va="top")
+        what = "staleness over time"
+    style.integer_axis(ax.yaxis, "staleness (model versions behind)")
+    ax.set_ylim(bottom=min(-0.5, float(staleness.min()) - 0.5), top=max(float(staleness.max()) + 1.0, 1.0))
+    style.time_axis(ax.xaxis, _TIME_LABEL, largest(steps["time_s"]) or 1.0)
     ax.set_title(figure_title(loaded, what))
     return fig
 

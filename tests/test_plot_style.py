@@ -16,7 +16,8 @@ from simdist.result_files import load_result_dir
 
 from helpers import tiny_scenario
 
-DRAWN = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times", "timeline", "time_per_step")
+DRAWN = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "staleness_vs_time", "iteration_times", "timeline",
+         "time_per_step")
 
 
 def _run(tmp_path_factory, name: str, **changes):
@@ -173,3 +174,14 @@ def test_two_draws_give_identical_png_and_svg(sync_dir, tmp_path):
     written = {p.name: p.read_bytes() for p in first}
     assert all(written[f"{f}.png"].startswith(b"\x89PNG") and b"<svg" in written[f"{f}.svg"][:2000] for f in DRAWN)
     assert all(name.split(".")[0] in FIGURES for name in written)
+
+
+def test_staleness_over_time_shows_each_update_and_a_running_mean_or_says_it_never_varies(asgd_dir, sync_dir):
+    fig = _drawn(load_result_dir(asgd_dir), "staleness_vs_time")
+    ax = fig.axes[0]
+    dots, running = ax.lines[0], ax.lines[1]
+    assert len(dots.get_xdata()) == len(load_result_dir(asgd_dir).steps)
+    assert running.get_label().startswith("mean of the last")
+    assert all(float(t).is_integer() for t in ax.yaxis.get_majorticklocs())
+    sync = _drawn(load_result_dir(sync_dir), "staleness_vs_time")
+    assert "every update has staleness 0 (12 updates)" in _texts(sync) and len(sync.axes[0].lines) == 1

@@ -59,8 +59,8 @@ def test_plot_result_dir_reads_the_directory_deterministically(tmp_path):
 
 def test_timing_only_run_skips_loss_and_accuracy(tmp_path):
     out = write_result_dir(make_result(timing_only=True), tmp_path / "run")
-    assert _names((out / "plots").iterdir()) == _all(["staleness_hist", "iteration_times", "timeline",
-                                                       "time_per_step"])
+    assert _names((out / "plots").iterdir()) == _all(["staleness_hist", "staleness_vs_time", "iteration_times",
+                                                       "timeline", "time_per_step"])
 
 
 def test_run_without_updates_skips_staleness_but_keeps_test_loss(tmp_path):
@@ -73,8 +73,8 @@ def test_missing_trace_skips_the_timeline(tmp_path):
     out = write_result_dir(make_result(), tmp_path / "run", plots=False)
     (out / "trace.json").unlink()
     paths = plot_tables(load_result_dir(out), tmp_path / "figs")
-    assert _names(paths) == _all(["loss_vs_time", "accuracy_vs_time", "staleness_hist", "iteration_times",
-                                  "time_per_step"])
+    assert _names(paths) == _all(["loss_vs_time", "accuracy_vs_time", "staleness_hist", "staleness_vs_time",
+                                  "iteration_times", "time_per_step"])
 
 
 def test_run_with_nothing_draws_nothing(tmp_path):
