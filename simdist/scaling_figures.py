@@ -89,6 +89,9 @@ def _as_algorithm(table: pd.DataFrame, group: str) -> pd.DataFrame:
     return table if group == "algorithm" else table.assign(algorithm=table[group].astype(str))
 
 
+_LABEL_GAP_PT = 9.0  # the least vertical distance between two line-end labels
+
+
 def _dodge(workers: pd.Series, i: int) -> np.ndarray:
     """Worker counts nudged by a few per cent per series, so that error bars at one count stay apart."""
     return workers.to_numpy(dtype=float) * 2.0 ** (_DODGE * ((i % 5) - 2))
@@ -99,6 +102,36 @@ def _errorbars(ax: Axes, rows: pd.DataFrame, y: str, i: int, name: str) -> None:
     err = np.nan_to_num(rows[f"{y}_ci95"].to_numpy(dtype=float), nan=0.0)
     ax.errorbar(_dodge(rows["workers"], i), rows[y], yerr=err, capsize=3, elinewidth=1, markersize=5, label=name,
                 **look)
+
+
+def _end_labels(ax: Axes, ends: list[tuple[float, float, str, str]]) -> None:
+    """Each series' name at its last point (x, y, name, colour), right of it, nudged apart
+    vertically by at least :data:`_LABEL_GAP_PT` so that labels of close lines do not overlap;
+    the x axis is widened to make room. Lines are then named where they end, not in a legend."""
+    if not ends:
+        return
+    low, high = ax.get_xlim()
+    ax.set_xlim(low, high * 2.0 ** 0.9)  # room right of the last worker count (log2 axis)
+    to_display, points_per_px = ax.transData, 72.0 / ax.figure.dpi
+    placed: list[float] = []
+    for x, y, name, color in sorted(ends, key=lambda e: e[1]):
+        y_px = float(to_display.transform((x, y))[1])
+        if placed and (y_px - placed[-1]) * points_per_px < _LABEL_GAP_PT:
+            y_px = placed[-1] + _LABEL_GAP_PT / points_per_px
+        placed.append(y_px)
+        dy_pt = (y_px - float(to_display.transform((x, y))[1])) * points_per_px
+        ax.annotate(name, (x, y), xytext=(7, dy_pt), textcoords="offset points", va="center", ha="left",
+                    color=color, fontsize=style.FONT_SIZES["legend"], annotation_clip=False)
+
+
+def _last_points(groups: list[tuple[str, pd.DataFrame]], y: str) -> list[tuple[float, float, str, str]]:
+    """(workers, value, name, colour) of each series' point with the most workers."""
+    ends = []
+    for i, (name, rows) in enumerate(groups):
+        last = rows.loc[rows["workers"].astype(float).idxmax()]
+        ends.append((float(_dodge(pd.Series([last["workers"]]), i)[0]), float(last[y]), name,
+                     style.series_style(i)["color"]))
+    return ends
 
 
 def _worker_axis(ax: Axes, workers: Sequence[int]) -> None:
@@ -153,13 +186,15 @@ def plot_speedup(table: pd.DataFrame, ax: Axes | None = None, *, group: str = "a
         ax = ax if ax is not None else new_axes()
         data = _as_algorithm(table, group)
         scaled = _labelled(speedup_table(data, baseline, axes)).dropna(subset=["speedup"])
-        for i, (name, rows) in enumerate(merge_identical(scaled, ("speedup", "speedup_ci95"))):
+        groups = merge_identical(scaled, ("speedup", "speedup_ci95"))
+        for i, (name, rows) in enumerate(groups):
             _errorbars(ax, rows, "speedup", i, name)
         if len(scaled):
             _ideal(ax, scaled, efficiency=False)
             _worker_axis(ax, scaled["workers"])
             ax.set_yscale("log", base=2)
             _log2_ticks(ax)
+            _end_labels(ax, _last_points(groups, "speedup"))
         against = _baseline_text(data, baseline, axes)
         ax.set_ylabel(f"speedup (throughput / {against}'s)" if scaling == "strong" else
                       f"scaled speedup (throughput / {against}'s)")
@@ -177,13 +212,15 @@ def plot_efficiency(table: pd.DataFrame, ax: Axes | None = None, *, group: str =
         ax = ax if ax is not None else new_axes()
         data = _as_algorithm(table, group)
         scaled = _labelled(speedup_table(data, baseline, axes)).dropna(subset=["efficiency"])
-        for i, (name, rows) in enumerate(merge_identical(scaled, ("efficiency", "efficiency_ci95"))):
+        groups = merge_identical(scaled, ("efficiency", "efficiency_ci95"))
+        for i, (name, rows) in enumerate(groups):
             _errorbars(ax, rows, "efficiency", i, name)
         if len(scaled):
             _ideal(ax, scaled, efficiency=True)
             _worker_axis(ax, scaled["workers"])
             top = (scaled["efficiency"] + scaled["efficiency_ci95"].fillna(0.0)).max()
             ax.set_ylim(0.0, max(1.1, float(top) * 1.05))
+            _end_labels(ax, _last_points(groups, "efficiency"))
         style.plain_axis(ax.yaxis)
         against = _baseline_text(data, baseline, axes)
         ax.set_ylabel("parallel efficiency (fraction)")
