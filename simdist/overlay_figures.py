@@ -3,8 +3,10 @@
 :func:`overlay_accuracy` and :func:`overlay_staleness` put several loaded runs
 (:class:`~simdist.result_files.LoadedResult`) on one axes, a line per run labelled by its
 algorithm (with its workers, then its folder, where labels would repeat);
-:func:`plot_comparison` writes them as PNG and SVG for ``simdist compare``, and sweep reports
-(:mod:`simdist.report`) draw them for each algorithm's largest point.
+:func:`plot_comparison` writes, for ``simdist compare``, the accuracy overlays, the staleness of
+every variant as small multiples (:mod:`simdist.staleness_figures`) and where each variant's step
+goes (:mod:`simdist.ledger_figures`), as PNG and SVG; sweep reports (:mod:`simdist.report`) draw
+the accuracy overlay for each algorithm's largest point.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from . import plot_style as style
 from .ledger_figures import ledger_bars
 from .plot_common import legend, new_axes, new_figure, numeric, run_labels, save_figure, staleness_edges
 from .result_files import LoadedResult
+from .staleness_figures import plot_staleness_panels, staleness_points
 
 __all__ = ["overlay_accuracy", "overlay_staleness", "plot_comparison"]
 
@@ -60,21 +63,23 @@ def overlay_staleness(loaded_list: Sequence[LoadedResult], ax: Axes | None = Non
 
 
 def plot_comparison(loaded_list: Sequence[LoadedResult], out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Overlays of several runs (accuracy vs time and vs steps, staleness) into ``out_dir``."""
+    """Several runs' figures into ``out_dir``: accuracy vs time and vs steps overlaid, staleness as a box per
+    run in a panel per worker count, and where each run's step goes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     drawers = (("compare_accuracy_vs_time", lambda ax: overlay_accuracy(loaded_list, ax, x="time_s")),
-               ("compare_accuracy_vs_step", lambda ax: overlay_accuracy(loaded_list, ax, x="step")),
-               ("compare_staleness", lambda ax: overlay_staleness(loaded_list, ax)))
-    has_evals = any(len(r.evals) for r in loaded_list)
-    has_steps = any(len(r.steps) for r in loaded_list)
-    for name, draw in drawers:
-        if (name.startswith("compare_accuracy") and not has_evals) or (name == "compare_staleness" and not has_steps):
-            continue
-        fig, ax = new_figure()
-        draw(ax)
-        written += save_figure(fig, out / name)
+               ("compare_accuracy_vs_step", lambda ax: overlay_accuracy(loaded_list, ax, x="step")))
+    if any(len(r.evals) for r in loaded_list):
+        for name, draw in drawers:
+            fig, ax = new_figure()
+            draw(ax)
+            written += save_figure(fig, out / name)
+    with style.style_context():  # staleness: a box per variant, a panel per worker count (no overlaid histograms)
+        panels = plot_staleness_panels(staleness_points(loaded_list, run_labels(loaded_list)),
+                                       "Staleness by variant and worker count")
+        if panels is not None:
+            written += save_figure(style.finish_axes(panels), out / "compare_staleness")
     ledgers = {label: r.ledger[r.ledger["rank"].isin([int(w) for w in r.workers["worker"]])]
                for r, label in zip(loaded_list, run_labels(loaded_list)) if r.ledger is not None and not r.ledger.empty}
     if ledgers:  # where each variant's step goes, its workers' mean step stacked by ledger part

@@ -36,7 +36,7 @@ WHISKERS = (5, 95)  # percentiles
 class StalenessPoint:
     """The applied updates' staleness of one algorithm at one worker count (seeds pooled)."""
 
-    algorithm: str
+    algorithm: str  # or another label of the runs (a compare variant's)
     workers: int
     versions: np.ndarray  # staleness of each applied update, in model versions
     seconds_per_version: float  # the runs' virtual time over their steps (mean over seeds)
@@ -46,12 +46,16 @@ class StalenessPoint:
         return self.versions * self.seconds_per_version
 
 
-def staleness_points(runs: Sequence[LoadedResult]) -> list[StalenessPoint]:
-    """One :class:`StalenessPoint` per (algorithm, workers) of ``runs``, their seeds pooled, in first-seen order."""
+def staleness_points(runs: Sequence[LoadedResult], labels: Sequence[str] | None = None) -> list[StalenessPoint]:
+    """One :class:`StalenessPoint` per (label, workers) of ``runs``, their seeds pooled, in first-seen order.
+
+    ``labels``: what names each run's box (default its algorithm; ``simdist compare`` gives its
+    variants' labels, so that two variants of one algorithm stay apart).
+    """
     grouped: dict[tuple[str, int], list[LoadedResult]] = {}
-    for run in runs:
+    for run, label in zip(runs, labels if labels is not None else [r.algorithm for r in runs]):
         if run.n_workers is not None:
-            grouped.setdefault((run.algorithm, run.n_workers), []).append(run)
+            grouped.setdefault((label, run.n_workers), []).append(run)
     points = []
     for (algorithm, workers), group in grouped.items():
         versions = np.concatenate([numeric(r.steps, "staleness")["staleness"].dropna().to_numpy() for r in group])

@@ -50,3 +50,10 @@ def test_one_column_per_worker_count_two_rows_and_identical_series_named_togethe
         assert all(float(t.get_text().replace("−", "-")) == int(float(t.get_text().replace("−", "-")))
                    for t in axes[0].get_yticklabels() if t.get_text())  # versions: integer ticks
 
+
+
+def test_labels_keep_two_variants_of_one_algorithm_apart():
+    runs = [run("nsoftsync", 4, [0, 1]), run("nsoftsync", 4, [2, 3])]
+    assert len(staleness_points(runs)) == 1  # by algorithm: pooled as seeds
+    points = staleness_points(runs, ["n=1", "n=2"])
+    assert [(p.algorithm, list(p.versions)) for p in points] == [("n=1", [0, 1]), ("n=2", [2, 3])]
