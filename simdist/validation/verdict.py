@@ -16,6 +16,7 @@ that decide it, each against the project's fidelity targets (docs/ledger.md):
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..units import format_time
@@ -81,7 +82,7 @@ def print_verdict(summary: dict[str, Any], json_path: str, console: Any = None) 
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 120)  # a log file gets whole rows
     rows = verdict_rows(summary)
     title = f"{summary.get('algorithm')} on {summary.get('workers')} workers: simulated against real"
     table = Table(title=title, title_justify="left")
