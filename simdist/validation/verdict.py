@@ -84,7 +84,8 @@ def print_verdict(summary: dict[str, Any], json_path: str, console: Any = None) 
 
     console = console or Console(width=None if sys.stdout.isatty() else 120)  # a log file gets whole rows
     rows = verdict_rows(summary)
-    title = f"{summary.get('algorithm')} on {summary.get('workers')} workers: simulated against real"
+    workers = summary.get("workers")
+    title = f"{summary.get('algorithm')} on {workers} worker{'' if workers == 1 else 's'}: simulated against real"
     table = Table(title=title, title_justify="left")
     for column, justify in (("figure", "left"), ("real", "right"), ("simulated", "right"), ("error", "right"),
                             ("target", "left"), ("verdict", "left")):
