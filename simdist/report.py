@@ -177,21 +177,23 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
                         f"Test accuracy against virtual time, each algorithm at its largest worker count "
                         f"(up to {most})."))
     drawn: dict[str, str] = {}
+    scenario = meta.get("name") or sweep_dir.name
     for name, draw, caption in drawers:
         with style.style_context():
             fig, ax = new_figure()
             draw(ax)
+            ax.set_title(f"{scenario}: {ax.get_title()}")  # every figure names its scenario
             save_figure(style.finish_axes(fig), figures / name)
         drawn[name] = caption
     runs = [load_result_dir(sweep_dir / "points" / str(key)) for key in table["key"]]
     with style.style_context():
-        bars = ledger_panels(_ledgers_by_workers(runs), f"{meta.get('name') or sweep_dir.name}: where a step's time goes")
+        bars = ledger_panels(_ledgers_by_workers(runs), f"{scenario}: where a step's time goes")
         if bars is not None:
             save_figure(style.finish_axes(bars), figures / "time_per_step")
             drawn["time_per_step"] = ("Where the time goes: a worker's mean step stacked by ledger part (ledger.csv), "
                                       "one panel per worker count, a bar per algorithm (its first seed).")
         panels = plot_staleness_panels(staleness_points(runs),
-                                       f"{meta.get('name') or sweep_dir.name}: staleness by worker count")
+                                       f"{scenario}: staleness by worker count")
         if panels is not None:
             save_figure(style.finish_axes(panels), figures / "staleness")
             drawn["staleness"] = ("Staleness of every applied update, one panel per worker count, seeds pooled: box = "
