@@ -36,26 +36,27 @@ float32 buffer, into which each evaluation copies the requested parameter vector
 (batch-norm running statistics) stay module state shared by every replica; gradients use
 batch statistics (train mode), :meth:`GradientEvaluator.evaluate` uses eval mode.
 
-:class:`PendingGradients` lets independent callers (simulated workers) queue requests and
-have every queued request evaluated in one :meth:`GradientEvaluator.gradients` call the
-first time any result is read.
+:class:`PendingGradients` (in :mod:`.pending_gradients`, re-exported here) lets independent
+callers (simulated workers) queue requests and have every queued request evaluated in one
+:meth:`GradientEvaluator.gradients` call the first time any result is read.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from ..errors import InputError, SimulationError
+from ..errors import InputError
 from .layer_grads import (FastLayer, fast_layers, layer_grads, plan_signature, request_losses, stack_plan,
                           stacked_backward, stacked_linear)
 from .models import ModelInfo
+from .pending_gradients import GradientHandle, PendingGradients  # re-exported: the public path of both
 
 __all__ = ["GradientEvaluator", "PendingGradients", "GradientHandle"]
 
@@ -379,89 +380,4 @@ def _scatter(indices: list[int], batched: Batched, results: list) -> None:
         results[i] = (grads[row], losses[row])
 
 
-def _version_of(tensor: torch.Tensor) -> int | None:
-    """The tensor's count of in-place writes (None for tensors that keep none)."""
-    try:
-        return tensor._version
-    except RuntimeError:  # inference-mode tensors
-        return None
-
-
 _STACKING_TRIED: dict[tuple, bool] = {}  # (model layers, dtype, shape) -> stacking is bit-exact; see _stacking_exact
-
-
-class GradientHandle:
-    """A queued gradient request; :meth:`result` evaluates every queued request at once."""
-
-    def __init__(self, pending: "PendingGradients", params: torch.Tensor):
-        self._pending = pending
-        self._result: Result | None = None
-        self._params_version = _version_of(params)  # in-place writes before evaluation are refused
-
-    @property
-    def ready(self) -> bool:
-        return self._result is not None
-
-    def result(self) -> Result:
-        """(flat gradient, loss) of this request."""
-        if self._result is None:
-            self._pending.flush()
-        assert self._result is not None
-        return self._result
-
-
-class PendingGradients:
-    """Lazy batching across callers: requests queue until some caller reads a result.
-
-    ``submit`` copies nothing: the caller guarantees that ``params``, ``x`` and ``y`` do
-    not change until the result has been read (a worker does not touch its replica while
-    its forward/backward is in flight, which is exactly this; a parameter-server worker
-    that sends its gradient unread adopts new weights as a new tensor). Parameters written
-    in place before their request is evaluated are refused (SimulationError). ``submit_batch`` queues a
-    batch whose tensors ``gather`` fetches at evaluation, for every queued batch at once.
-    """
-
-    def __init__(self, evaluator: GradientEvaluator,
-                 gather: Callable[[list[Any]], list[tuple[torch.Tensor, torch.Tensor]]] | None = None):
-        self.evaluator = evaluator
-        self.gather = gather
-        self._queue: list[tuple[GradientHandle, Request]] = []
-        self._batches: list[tuple[int, Any]] = []  # (queue position, batch) of requests without tensors yet
-        self.evaluations = 0  # gradients() calls made, for tests and profiling
-
-    def submit(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> GradientHandle:
-        handle = GradientHandle(self, params)
-        self._queue.append((handle, (params, x, y)))
-        return handle
-
-    def submit_batch(self, params: torch.Tensor, batch: Any) -> GradientHandle:
-        """``submit`` for a batch whose features and labels are gathered when evaluated."""
-        if self.gather is None:
-            raise ValueError("submit_batch needs a gather function")
-        handle = GradientHandle(self, params)
-        self._batches.append((len(self._queue), batch))
-        self._queue.append((handle, (params, None, None)))
-        return handle
-
-    def __len__(self) -> int:
-        return len(self._queue)
-
-    def flush(self) -> None:
-        """Evaluate every queued request in one batched call."""
-        queue, self._queue = self._queue, []
-        batches, self._batches = self._batches, []
-        if not queue:
-            return
-        if batches:
-            for (position, _batch), (x, y) in zip(batches, self.gather([batch for _p, batch in batches])):
-                handle, (params, _x, _y) = queue[position]
-                queue[position] = (handle, (params, x, y))
-        for handle, (params, _x, _y) in queue:
-            if _version_of(params) != handle._params_version:
-                raise SimulationError("the parameters of a queued gradient request were written in place before "
-                                      "its gradient was read; keep a rank's parameters unchanged until then (adopt "
-                                      "new weights as a new tensor, or read result.grad first)")
-        self.evaluations += 1
-        for (handle, _request), result in zip(queue, self.evaluator.gradients([r for _h, r in queue])):
-            handle._result = result
-
