@@ -11,6 +11,8 @@ How flows share a bottleneck is a *sharing rule* (:data:`SHARING_RULES`, chosen 
 platform's ``fabric.sharing``): ``max-min`` gives them equal shares; ``rtt-weighted`` gives
 them shares proportional to 1/RTT, RTT = 2 x the route's summed latency, as TCP does to
 flows of different round-trip times (weighted max-min, :func:`.weighted_max_min_rates`).
+The rules live in :mod:`.sharing`, the :class:`Flow` record in :mod:`.flow`; both are
+re-exported here.
 
 A route may be a :class:`~simdist.platform.topology.StripedRoute` (multi-rail NICs): the
 transfer is then split evenly into one flow per stripe and completes with the last one;
@@ -28,69 +30,16 @@ from collections import defaultdict
 from typing import Any, Callable, Sequence
 
 from ..registry import Registry
+from .flow import Flow
 from .maxmin import max_min_rates, max_min_rounds, weighted_max_min_rates
+from .sharing import MIN_RTT_S, SHARING_RULES, rtt_weight
 from .topology import Link, StripedRoute
 
 __all__ = ["max_min_rates", "max_min_rounds", "weighted_max_min_rates", "Flow", "FlowNetwork", "NETWORK_MODELS",
-           "SHARING_RULES", "rtt_weight"]
+           "SHARING_RULES", "MIN_RTT_S", "rtt_weight"]
 
 _RELATIVE_EPS = 1e-9  # a flow this close to its size (relative) has finished
 _ROUTES_KEPT = 1 << 16  # route tuples whose facts a network keeps (a platform has one per rank pair in use)
-MIN_RTT_S = 1e-9  # rtt-weighted: a route of zero latency counts as 1 ns round trip (its weight stays finite)
-
-
-def rtt_weight(route_latency_s: float) -> float:
-    """A flow's weight under ``rtt-weighted`` sharing: 1 / RTT, RTT = 2 x its route's summed
-    one-way latency (at least :data:`MIN_RTT_S`)."""
-    return 1.0 / max(2.0 * route_latency_s, MIN_RTT_S)
-
-
-SHARING_RULES: Registry[Callable[[float], float] | None] = Registry("sharing rule")
-"""How flows share a bottleneck: each entry maps a route's summed latency to the flow's weight
-(None: every flow the same, the plain max-min solver)."""
-SHARING_RULES.add(
-    "max-min", None, "every flow on a bottleneck gets the same share (max-min fairness)",
-    citation="Bertsekas & Gallager, Data Networks §6.5.2; Velho et al., ACM TOMACS 23(4), 2013")
-SHARING_RULES.add(
-    "rtt-weighted", rtt_weight,
-    "flows on a bottleneck get shares proportional to 1/RTT, RTT = 2 x the route's summed latency, as TCP "
-    "favours short round trips (weighted max-min)",
-    citation="SimGrid documentation, 'Models' > 'The TCP models' (https://simgrid.org/doc/latest/Models.html): "
-    "each flow's priority is the sum over its links of Lat(l) + weight-S / Bandwidth(l), and flows get bandwidth "
-    "inversely proportional to it (network/weight-S: 0 in CM02, 20537 in LV08, 8775 in SMPI); in the source, "
-    "NetworkCm02Model::communicate sets sharing_penalty_ = the route's latency sum (plus weight-S / bandwidth "
-    "per link when weight-S > 0), src/kernel/resource/models/network_cm02.cpp. This rule is that priority "
-    "with weight-S = 0 (CM02), doubled into an RTT, which leaves the shares unchanged. A. Legrand and P. Velho, "
-    "'Accuracy study and improvement of network simulation in the SimGrid framework', SIMUTools 2009")
-
-
-class Flow:
-    """A transfer in progress."""
-
-    __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices",
-                 "counted_indices", "weight", "rate_Bps", "started_s", "busy_from_s")
-
-    def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
-                 dst: int | None = None, link_indices: tuple[int, ...] | None = None,
-                 counted_indices: tuple[int, ...] | None = None, counted_bytes: float | None = None):
-        self.route = route
-        self.nbytes = nbytes
-        self.done = done  # called when the last byte arrives
-        self.src, self.dst = src, dst
-        self.remaining = float(nbytes)
-        # whole bytes for the counters: sums of integers are exact (a stripe gets its share of the transfer's)
-        self.counted_bytes = float(math.ceil(nbytes)) if counted_bytes is None else counted_bytes
-        # the route as the solver takes it
-        self.link_indices = tuple(link.index for link in route) if link_indices is None else link_indices
-        # the links whose byte counters it adds to (not the shared capacities of half-duplex/capped links)
-        self.counted_indices = self.link_indices if counted_indices is None else counted_indices
-        self.weight = 1.0  # its weight on a bottleneck (rtt-weighted sharing)
-        self.rate_Bps = 0.0
-        self.started_s = 0.0
-        self.busy_from_s = 0.0  # a lone flow: its links' busy time is counted up to here
-
-    def __repr__(self) -> str:
-        return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"
 
 
 class FlowNetwork:

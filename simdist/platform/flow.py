@@ -1,0 +1,44 @@
+"""One transfer in progress on the flow network: its route, size, rate and byte counts.
+
+A plain record (slots, no behaviour beyond its constructor) that :class:`~.network.FlowNetwork`
+moves between its shared, lone and latency-paying sets; kept apart so the network module
+holds only the allocation and the life cycle of flows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .topology import Link
+
+__all__ = ["Flow"]
+
+
+class Flow:
+    """A transfer in progress."""
+
+    __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices",
+                 "counted_indices", "weight", "rate_Bps", "started_s", "busy_from_s")
+
+    def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
+                 dst: int | None = None, link_indices: tuple[int, ...] | None = None,
+                 counted_indices: tuple[int, ...] | None = None, counted_bytes: float | None = None):
+        self.route = route
+        self.nbytes = nbytes
+        self.done = done  # called when the last byte arrives
+        self.src, self.dst = src, dst
+        self.remaining = float(nbytes)
+        # whole bytes for the counters: sums of integers are exact (a stripe gets its share of the transfer's)
+        self.counted_bytes = float(math.ceil(nbytes)) if counted_bytes is None else counted_bytes
+        # the route as the solver takes it
+        self.link_indices = tuple(link.index for link in route) if link_indices is None else link_indices
+        # the links whose byte counters it adds to (not the shared capacities of half-duplex/capped links)
+        self.counted_indices = self.link_indices if counted_indices is None else counted_indices
+        self.weight = 1.0  # its weight on a bottleneck (rtt-weighted sharing)
+        self.rate_Bps = 0.0
+        self.started_s = 0.0
+        self.busy_from_s = 0.0  # a lone flow: its links' busy time is counted up to here
+
+    def __repr__(self) -> str:
+        return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"
