@@ -17,68 +17,17 @@ including the full command line that regenerates it.
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 from typing import Any, Sequence
 
 from ..argtypes import int_between, positive_float
 from ..errors import InputError
-from ..units import format_bytes, format_time, parse_size
+from ..units import format_bytes, format_time
+from .cli_common import option_ints, option_size, print_size_table, signed_percent, table_note
 from .provenance import calibrate_command
 
 __all__ = ["add_calibrate_parser", "main"]
-
-def _size(text: str, option: str) -> float:
-    try:
-        return float(parse_size(text))
-    except ValueError as exc:
-        raise InputError(str(exc), source=option) from None
-
-
-def _int_list(text: str, option: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"expected comma-separated integers, got {text!r}", source=option) from None
-    if not values or min(values) < 1:
-        raise InputError(f"expected positive integers, got {text!r}", source=option)
-    return values
-
-
-def _pct(x: float) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f}%"
-
-
-def _print_size_table(rows: list[dict], predictions: Sequence[str]) -> None:
-    header = f"{'size':>10} {'measured':>10}" + "".join(f" {p:>12} {'err':>7}" for p in predictions)
-    print(header)
-    for r in rows:
-        line = f"{format_bytes(r['size_bytes']):>10} {format_time(r['measured_s']):>10}"
-        for p in predictions:
-            line += f" {format_time(r[f'{p}_s']):>12} {_pct(r[f'{p}_error']):>7}"
-        print(line)
-    for p in predictions:
-        print(_misfit_line(rows, p))
-
-
-def _misfit_line(rows: list[dict], prediction: str, tolerance: float = 0.05) -> str:
-    """Which size ranges ``prediction`` misses by more than ``tolerance``, or that it fits them all."""
-    ranges, start, worst = [], None, 0.0
-    for i, r in enumerate(rows):
-        error = r[f"{prediction}_error"]
-        off = error is not None and not math.isnan(error) and abs(error) > tolerance
-        if off:
-            start = i if start is None else start
-            worst = max(worst, abs(error))
-        if start is not None and (not off or i == len(rows) - 1):
-            end = i if off else i - 1
-            first, last = format_bytes(rows[start]["size_bytes"]), format_bytes(rows[end]["size_bytes"])
-            ranges.append(first if start == end else f"{first}-{last}")
-            start = None
-    if not ranges:
-        return f"  {prediction}: within {tolerance:.0%} at every size"
-    return f"  {prediction}: cannot fit {', '.join(ranges)} within {tolerance:.0%} (worst {worst:.1%})"
 
 
 # -- compute ------------------------------------------------------------------------------
@@ -103,7 +52,7 @@ def _cmd_compute(args: argparse.Namespace) -> int:
     print(f"{'model':<6} {'t0':>10} {'t1/sample':>10} {'r2':>7} {'max err':>8}")
     for name, m in document["models"].items():
         print(f"{name:<6} {format_time(m['t0_s']):>10} {format_time(m['t1_s']):>10} {m['r2']:>7.4f} "
-              f"{_pct(m['max_relative_error']):>8}")
+              f"{signed_percent(m['max_relative_error']):>8}")
     print("\n".join(report_lines(path, document)))
     return 0
 
@@ -121,10 +70,10 @@ def _cmd_network(args: argparse.Namespace) -> int:
     check_output(args.out)
     check_link_kind(args.intra_kind, "--intra-kind")
     check_link_kind(args.nic_kind, "--nic-kind")
-    max_size = _size(args.max_size, "--max-size")
-    large = _size(args.large_from, "--large-from")
+    max_size = option_size(args.max_size, "--max-size")
+    large = option_size(args.large_from, "--large-from")
     sizes = [s for s in DEFAULT_SIZES if s <= max_size] if args.sizes is None else \
-        sorted({int(_size(s, "--sizes")) for s in args.sizes.split(",") if s.strip()})
+        sorted({int(option_size(s, "--sizes")) for s in args.sizes.split(",") if s.strip()})
     if sum(1 for s in sizes if s >= large) < 2:
         raise InputError(f"the sweep needs at least two sizes >= --large-from ({format_bytes(large)})", source="--sizes")
     mpiexec = find_mpiexec()
@@ -138,9 +87,9 @@ def _cmd_network(args: argparse.Namespace) -> int:
     for link in links:
         print(f"\nnode.{link.field} ({link.kind}): latency {format_time(link.latency_s)}, bandwidth "
               f"{link.bandwidth_Bps / 1e9:.3g} GB/s  [{link.basis}]")
-        _print_size_table(link.table, ("piecewise", "link"))
+        print_size_table(link.table, ("piecewise", "link"))
     for table in overlay.get("collectives", {}).get("tables", []):
-        print(f"\n{_table_note(table)}")
+        print(f"\n{table_note(table)}")
     if "messages" in overlay:
         m = overlay["messages"]
         parts = [f"{name} {format_time(m[key])}" for name, key in (("send overhead", "send_overhead"),
@@ -167,8 +116,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     for option, kind in (("--intra-kind", args.intra_kind), ("--nic-kind", args.nic_kind)):
         if kind is not None:
             check_link_kind(kind, option)
-    options = TraceOptions(link_size_bytes=_size(args.link_size, "--link-size"),
-                           large_message_bytes=_size(args.large_from, "--large-from"),
+    options = TraceOptions(link_size_bytes=option_size(args.link_size, "--link-size"),
+                           large_message_bytes=option_size(args.large_from, "--large-from"),
                            max_segments=args.max_segments, tolerance=args.tolerance, intra_kind=args.intra_kind,
                            nic_kind=args.nic_kind, link_class=args.link_class, osu_ranks=args.osu_ranks)
     reports, tables = [], []
@@ -184,7 +133,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         if report is None:
             report = TraceReport(parsed, parsed.table, {}, {})
         report.notes.extend(notes)
-        report.notes.extend(_table_note(t) for t in found)
+        report.notes.extend(table_note(t) for t in found)
         reports.append(report)
         tables.extend(found)
     for report in reports:
@@ -243,20 +192,12 @@ def _check_ranks(parsed, ranks: int) -> None:
         raise InputError(f"the file shows {parsed.meta['n_ranks']} ranks but --ranks says {ranks}", source=parsed.path)
 
 
-def _table_note(table: dict) -> str:
-    rows = table["rows"]
-    where = f", {table['nodes']} node(s)" if table.get("nodes") else ""
-    return (f"cost table: {table['op']} on {table['ranks']} ranks{where}, {len(rows)} sizes "
-            f"{format_bytes(rows[0][0])} - {format_bytes(rows[-1][0])} -> collectives.tables (the simulator prices "
-            "this collective from it)")
-
-
 def _print_report(report) -> None:
     print(f"\n{report.parsed.path}: {report.parsed.description}")
     table = report.table
     if "size_bytes" in table.columns and "measured_s" in table.columns:
         predictions = [c[:-2] for c in table.columns if c.endswith("_s") and c != "measured_s"]
-        _print_size_table(table.to_dict(orient="records"), predictions)
+        print_size_table(table.to_dict(orient="records"), predictions)
     elif len(table):
         import pandas as pd
 
@@ -278,8 +219,8 @@ def _cmd_cpu_share(args: argparse.Namespace) -> int:
 
     if args.model not in ZOO:
         raise InputError(f"unknown model {args.model!r}; known: {', '.join(ZOO)}", source="--model")
-    ranks = _int_list(args.ranks, "--ranks")
-    cores = _int_list(args.cores, "--cores") if args.cores else sorted({1, len(available_cores())})
+    ranks = option_ints(args.ranks, "--ranks")
+    cores = option_ints(args.cores, "--cores") if args.cores else sorted({1, len(available_cores())})
     if max(cores) > len(available_cores()):
         raise InputError(f"at most {len(available_cores())} cores are available here, got {args.cores!r}",
                          source="--cores")
