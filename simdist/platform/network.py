@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from ..registry import Registry
 from .flow import Flow
+from .lone_flows import LoneFlows
 from .maxmin import max_min_rates, max_min_rounds, weighted_max_min_rates
 from .sharing import MIN_RTT_S, SHARING_RULES, rtt_weight
 from .topology import Link, StripedRoute
@@ -42,7 +43,7 @@ _RELATIVE_EPS = 1e-9  # a flow this close to its size (relative) has finished
 _ROUTES_KEPT = 1 << 16  # route tuples whose facts a network keeps (a platform has one per rank pair in use)
 
 
-class FlowNetwork:
+class FlowNetwork(LoneFlows):
     """Flows over the links of one platform, driven by a SimPy environment.
 
     Counters kept for the results: bytes and busy time per link, bytes sent and received
@@ -54,7 +55,7 @@ class FlowNetwork:
     byte, no latency timer and no re-solve. Should another transfer claim one of its links
     first, it rejoins the shared flows with the bytes it has moved so far, so the allocation
     is the max-min one at every instant either way (``lone_shortcut=False`` turns it off,
-    for tests that compare the two).
+    for tests that compare the two). The shortcut lives in :mod:`.lone_flows`.
 
     ``sharing`` names the rule in :data:`SHARING_RULES`; by default it is the one ``links``
     carries (a platform's :class:`~simdist.platform.topology.LinkList` carries its
@@ -202,77 +203,6 @@ class FlowNetwork:
                 for i in lone.link_indices:
                     self.link_busy_s[i] += now_s - lone.busy_from_s
                 lone.busy_from_s = now_s
-
-    # -- lone flows -------------------------------------------------------------------
-
-    def _can_go_alone(self, flow: Flow) -> bool:
-        """A flow with bytes to move, on links that no flow uses or is about to use (its
-        route names each link once)."""
-        if not self.lone_shortcut or flow.nbytes <= 0 or not flow.route:
-            return False
-        active, lone = self._link_active, self._lone
-        for i in flow.link_indices:
-            if active[i] or i in lone:
-                return False
-        return True
-
-    def _go_alone(self, flow: Flow, delay_s: float) -> None:
-        """Send ``flow`` as a lone flow: one timer from now to its last byte.
-
-        Its rate is its narrowest link's capacity, as max-min filling would give it, for as
-        long as no other flow claims one of its links; then it becomes an ordinary flow
-        (:meth:`_join`). ``started_s`` is when its latency has been paid and bytes move.
-        """
-        capacity = self._capacity
-        rate = math.inf
-        for i in flow.link_indices:
-            if capacity[i] < rate:
-                rate = capacity[i]
-        flow.started_s = flow.busy_from_s = start_s = self.env.now + delay_s
-        flow.rate_Bps = rate
-        for i in flow.link_indices:
-            self._lone[i] = flow
-        timer = self.env.timeout(max(start_s + flow.nbytes / rate - self.env.now, 0.0), flow)
-        timer.callbacks.append(self._lone_done)
-
-    def _lone_done(self, timer) -> None:
-        flow = timer.value
-        lone, indices = self._lone, flow.link_indices
-        if lone.get(indices[0]) is not flow:
-            return  # joined the shared flows (_join): their timers finish it
-        now, busy = self.env.now, self.link_busy_s
-        for i in indices:
-            del lone[i]
-            busy[i] += now - flow.busy_from_s
-        self._account_end(flow)
-        flow.done()
-
-    def _lone_flows(self) -> list[Flow]:
-        return list({id(lone): lone for lone in self._lone.values()}.values())
-
-    def _join(self, flow: Flow) -> None:
-        """Make a lone flow an ordinary one: another flow is about to share one of its links."""
-        now = self.env.now
-        for i in flow.link_indices:
-            del self._lone[i]
-        if now < flow.started_s:  # still paying latency: it starts when it would have
-            self._start_after(flow, flow.started_s - now)
-            return
-        self._advance(now)
-        flow.remaining = flow.nbytes - flow.rate_Bps * (now - flow.started_s)
-        self.active.append(flow)
-        for i in flow.link_indices:
-            self._link_active[i] += 1
-            self._link_busy_since[i] = flow.busy_from_s
-        self._resolve_soon()
-
-    def _claim(self, flow: Flow) -> None:
-        """Before ``flow`` starts on its links, return any lone flow on them to the shared set."""
-        lone_links = self._lone
-        for i in flow.link_indices:
-            lone = lone_links.get(i)
-            if lone is not None:
-                self._join(lone)
 
     # -- flow life cycle --------------------------------------------------------------
 
