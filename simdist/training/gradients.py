@@ -28,7 +28,8 @@ tolerance (tested):
   trial's outcome is kept for the process (the same layers, dtype and shape give the same
   kernels). Measured here (16 workers x batch 32, ``mlp`` on digits, 1 thread, 10 requests a
   call): ~40 us a gradient stacked, ~95 us one at a time and as much with ``vmap`` of
-  ``grad`` over batched parameters. The per-layer math lives in :mod:`.layer_grads`.
+  ``grad`` over batched parameters. The per-layer math lives in :mod:`.layer_grads`, the
+  batched paths in :mod:`.batched_gradients`; this module groups requests and chooses a path.
 * Other requests and modules with buffers (batch norm) are evaluated one at a time.
 
 The evaluator takes over its module: the module's parameters become views of one flat
@@ -53,8 +54,8 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..errors import InputError
-from .layer_grads import (FastLayer, fast_layers, layer_grads, plan_signature, request_losses, stack_plan,
-                          stacked_backward, stacked_linear)
+from .batched_gradients import Batched, BatchedGradients
+from .layer_grads import FastLayer, fast_layers, plan_signature, stack_plan
 from .models import ModelInfo
 from .pending_gradients import GradientHandle, PendingGradients  # re-exported: the public path of both
 
@@ -64,7 +65,6 @@ _NUMPY_DTYPES = frozenset({torch.float32, torch.float64, torch.float16})  # dtyp
 
 Request = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 Result = tuple[torch.Tensor, float]
-Batched = tuple[torch.Tensor, list[float]]  # (k, P) gradients and k losses of one group
 
 _LOSSES: dict[str, Callable[..., torch.Tensor]] = {"cross_entropy": F.cross_entropy}  # read-only table
 
@@ -78,7 +78,7 @@ class _Group:
     indices: list[int] = field(default_factory=list)
 
 
-class GradientEvaluator:
+class GradientEvaluator(BatchedGradients):
     """Mean-over-batch loss gradients of ``module`` at flat parameter vectors."""
 
     _PROBES = 8  # parameter entries compared before a full torch.equal when grouping
@@ -255,84 +255,6 @@ class GradientEvaluator:
             target = torch.randint(0, linears[-1].module.out_features, like.shape[:1], generator=gen)
             requests.append((params, draw(*like.shape, generator=gen).to(like.dtype), target))
         return requests
-
-    # ------------------------------------------------------------------ batched paths
-
-    def _stacked(self, requests: list[Request]) -> Batched | None:
-        """Gradients of k equal-size requests at k parameter vectors from one forward/backward.
-
-        None (and the stacked path is off from then on) if a Linear gets, or the model
-        returns, other than a 2-d tensor.
-        """
-        k, b = len(requests), int(requests[0][1].shape[0])
-        stacked = torch.stack([params for params, _x, _y in requests])
-        h = torch.cat([x for _p, x, _y in requests])
-        inputs, outputs = [], []
-        with torch.no_grad():  # the backward below is written out (stacked_backward)
-            for step in self._stack_plan:
-                if isinstance(step, FastLayer) and h.dim() != 2:
-                    self._stack_plan = None
-                    return None
-                inputs.append(h)
-                h = stacked_linear(step, stacked, h, k) if isinstance(step, FastLayer) else step(h)
-                outputs.append(h)
-            if h.dim() != 2:
-                self._stack_plan = None
-                return None
-            ys = [y for _p, _x, y in requests]
-            target = torch.cat(ys)
-            log_probs = F.log_softmax(h, dim=1)  # cross-entropy as F.cross_entropy computes it
-            _per_sample, total_weight = torch.ops.aten.nll_loss_forward(log_probs, target, None, 0, -100)
-            deltas = stacked_backward(self._stack_plan, stacked, inputs, outputs, log_probs, target, total_weight,
-                                      k, b)
-            out = torch.empty(k, self.info.param_count)  # every slice is written below
-            linears = [(step, a) for step, a in zip(self._stack_plan, inputs) if isinstance(step, FastLayer)]
-            for (layer, a), delta in zip(linears, deltas):
-                layer_grads(layer, a, delta, k, out)
-            return out, request_losses(log_probs, ys)
-
-    def _fast_batched(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
-        """Per-request gradients from one forward/backward; None if a layer ran twice."""
-        k, b = len(xs), int(xs[0].shape[0])
-        self._load(params)
-        captured: dict[int, tuple[torch.Tensor, torch.Tensor, int, int]] = {}
-        reused = False
-
-        def keep(index: int) -> Callable:
-            def hook(_mod: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-                nonlocal reused
-                reused |= index in captured
-                captured[index] = (inputs[0], output, inputs[0]._version, output._version)
-            return hook
-
-        handles = [layer.module.register_forward_hook(keep(j)) for j, layer in enumerate(self._fast_layers)]
-        try:
-            logits = self.module(torch.cat(xs))
-            per_sample = self._loss(logits, torch.cat(ys), reduction="none")
-        finally:
-            for handle in handles:
-                handle.remove()
-        changed = any(a._version != va or z._version != vz for a, z, va, vz in captured.values())
-        if reused or changed or len(captured) != len(self._fast_layers):
-            self._fast_layers = None  # shared, skipped or in-place-modified layers: not this path's model
-            return None
-        order = sorted(captured)
-        deltas = torch.autograd.grad(per_sample.sum() / b, [captured[j][1] for j in order])
-        out = torch.empty(k, self.info.param_count)  # every slice is written below
-        for j, delta in zip(order, deltas):
-            layer_grads(self._fast_layers[j], captured[j][0].detach(), delta, k, out)
-        with torch.no_grad():  # each request's loss reduced over its own rows, as a single evaluation does
-            losses = [float(self._loss(rows, y)) for rows, y in zip(logits.split(b), ys)]
-        return out, losses
-
-    def _vmapped(self, params: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> Batched | None:
-        """``vmap`` of grad over requests at one ``params``; None (and never again) if it cannot be vmapped."""
-        try:
-            grads, losses = self._vmap_same(params.detach(), torch.stack(xs), torch.stack(ys))
-        except RuntimeError:
-            self._vmap_ok = False
-            return None
-        return grads, losses.tolist()
 
     # ------------------------------------------------------------------ evaluation
 
