@@ -21,6 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
 from . import plot_style as style
 from .plot_common import figure_title
@@ -76,7 +77,7 @@ def draw_timeline(loaded: LoadedResult) -> Figure | None:
     ax.set_yticklabels([labels.get(r, f"rank {r}") for r in shown[::step]], fontsize=7 if len(shown) > 16 else 8)
     style.time_axis(ax.xaxis, _TIME_LABEL, stop_s)
     if window is not None:
-        _scale_bar(ax, start_s, stop_s, len(shown))
+        _scale_bar(ax, start_s, stop_s)
     what = "what each rank does over virtual time"
     if len(shown) < len(ranks):
         what += f" (ranks {shown[0]}..{shown[-1]} of {len(ranks)})"
@@ -121,16 +122,18 @@ def _draw_spans(ax, spans: pd.DataFrame, shown: list[int], start_s: float, stop_
     ax.grid(False, axis="y")
 
 
-def _scale_bar(ax, start_s: float, stop_s: float, rows: int) -> None:
-    """A bar of a round duration (1, 2 or 5 x 10^k, about a fifth of the window) under the zoom's last row."""
+def _scale_bar(ax, start_s: float, stop_s: float) -> None:
+    """A bar of a round duration (1, 2 or 5 x 10^k, about a fifth of the window) right of the zoom,
+    under the legend, where it covers no span and no tick."""
     target = (stop_s - start_s) / 5
     magnitude = 10.0 ** np.floor(np.log10(target))
     length = max(m * magnitude for m in (1, 2, 5) if m * magnitude <= target)
-    x1 = stop_s - 0.02 * (stop_s - start_s)
-    y = rows - 0.5
-    ax.plot([x1 - length, x1], [y, y], color=style.TEXT_COLOR, linewidth=3, solid_capstyle="butt", clip_on=False)
-    ax.annotate(style.format_duration(length), (x1 - length / 2, y), xytext=(0, 4), textcoords="offset points",
-                ha="center", va="bottom", fontsize=style.FONT_SIZES["legend"], color=style.TEXT_COLOR)
+    bar = AnchoredSizeBar(ax.transData, length, f"scale: {style.format_duration(length)}", "lower left",
+                          bbox_to_anchor=(1.02, 0.0), bbox_transform=ax.transAxes, borderpad=0.0, sep=3,
+                          frameon=False, size_vertical=0, color=style.TEXT_COLOR, label_top=True,
+                          fontproperties={"size": style.FONT_SIZES["legend"]})
+    bar.size_bar.get_children()[0].set_linewidth(3)
+    ax.add_artist(bar)
 
 
 def _kind_order(kinds: set[str]) -> list[str]:

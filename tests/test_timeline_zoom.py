@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
 from simdist.api import run
 from simdist.result_files import load_result_dir
@@ -39,5 +40,10 @@ def test_a_long_run_draws_the_overview_strip_and_the_zoom_with_a_scale_bar(long_
     low, high = zoom.get_xlim()
     assert 0 < low < high < overview.get_xlim()[1]  # the zoom is a window inside the run
     assert "zoom: iterations 3-5 of rank 0" in overview.get_title()
-    assert any(t.get_text().endswith("µs") for t in zoom.texts)  # the scale bar's label
+    bars = [a for a in zoom.artists if isinstance(a, AnchoredSizeBar)]
+    assert len(bars) == 1 and bars[0].txt_label.get_text() in {"scale: 1 µs", "scale: 2 µs", "scale: 5 µs",
+                                                               "scale: 10 µs", "scale: 20 µs", "scale: 50 µs",
+                                                               "scale: 100 µs", "scale: 200 µs", "scale: 500 µs"}
+    fig.canvas.draw()  # right of the zoom, where it covers no span and no tick label
+    assert bars[0].get_window_extent().x0 >= zoom.get_window_extent().x1
     assert zoom.xaxis.get_label_text() == "virtual time (µs)"
