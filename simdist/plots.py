@@ -3,17 +3,18 @@
 Each kind of figure lives in its own module; this one gathers their public names, so that
 ``from simdist.plots import ...`` keeps working, and draws a result directory's figures:
 
-==============================  ================================================================
-:mod:`simdist.run_figures`      the figures of one run (:data:`FIGURES`): loss, accuracy,
-                                staleness, iteration times, batch sizes, time per step
-:mod:`simdist.timeline_figure`  the per-rank timeline of one run, read from ``trace.json``
-:mod:`simdist.ledger_figures`   where a step's time goes: ledger parts stacked, per rank or per run
-:mod:`simdist.staleness_figures`  staleness per algorithm and worker count (sweep reports)
-:mod:`simdist.overlay_figures`  several runs on one axes (``simdist compare``, sweep reports)
-:mod:`simdist.scaling_figures`  a sweep's speedup, efficiency and time to accuracy against workers
-:mod:`simdist.plot_common`      a figure on the Agg canvas; PNG + SVG saved reproducibly
-:mod:`simdist.plot_style`       the shared look: palette, markers, units, no axis offsets
-==============================  ================================================================
+================================  ===================================================================
+:mod:`simdist.run_figures`        the figures of one run (:data:`FIGURES`): loss, accuracy,
+                                  staleness, iteration times, batch sizes, time per step
+:mod:`simdist.timeline_figure`    the per-rank timeline of one run, read from ``trace.json``
+:mod:`simdist.ledger_figures`     where a step's time goes: ledger parts stacked, per rank or per run
+:mod:`simdist.staleness_figures`  staleness per algorithm and worker count (sweep reports, compare)
+:mod:`simdist.accuracy_figures`   test accuracy of many runs, a panel each (sweep reports, compare)
+:mod:`simdist.overlay_figures`    a few runs on one axes; ``simdist compare``'s figures
+:mod:`simdist.scaling_figures`    a sweep's speedup, efficiency and time to accuracy against workers
+:mod:`simdist.plot_common`        a figure on the Agg canvas; PNG + SVG saved reproducibly
+:mod:`simdist.plot_style`         the shared look: palette, markers, units, no axis offsets
+================================  ===================================================================
 
 Figures are :class:`matplotlib.figure.Figure` objects bound to the Agg canvas, never pyplot:
 nothing is displayed, no global backend is switched and no figure registry grows. The same
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .accuracy_figures import plot_accuracy_panels
 from .outdir import staged_dir
 from .overlay_figures import overlay_accuracy, overlay_staleness, plot_comparison
 from .result_files import PLOTS_DIR, load_result_dir
@@ -45,6 +47,7 @@ __all__ = [
     "ledger_bars",
     "ledger_panels",
     "overlay_accuracy",
+    "plot_accuracy_panels",
     "overlay_staleness",
     "plot_comparison",
     "scaling_table",

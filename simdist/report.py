@@ -14,7 +14,8 @@ directories that ``simdist sweep`` wrote, and writes ``reports/<name>/``:
 ``figures/``             PNG + SVG: ``speedup``, ``efficiency``, ``time_to_accuracy`` (error bars:
                          95 % intervals over seeds), ``staleness`` (box plots per worker count,
                          in versions and seconds: :mod:`simdist.staleness_figures`),
-                         ``accuracy_vs_time`` (overlaid), ``time_per_step`` (ledger parts stacked,
+                         ``accuracy_vs_time`` (a panel per algorithm:
+                         :mod:`simdist.accuracy_figures`), ``time_per_step`` (ledger parts stacked,
                          a panel per worker count: :mod:`simdist.ledger_figures`)
 =======================  =====================================================================
 
@@ -29,7 +30,7 @@ which algorithms cannot be told apart (:mod:`simdist.report_text`).
 The ranking answers "which algorithm wins on this cluster": each algorithm at the worker count
 where its mean time to the target accuracy is lowest among those where every seed reached it,
 ranked ascending; algorithms that never reached it in every seed come last, ordered by mean
-best accuracy. The accuracy overlay uses each algorithm's point with the most workers (its
+best accuracy. The accuracy panels use each algorithm's point with the most workers (its
 first seed); staleness (seeds pooled) and the ledger bars (first seed) are drawn for every
 worker count, a panel each.
 """
@@ -39,17 +40,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
 from . import plot_style as style
+from .accuracy_figures import plot_accuracy_panels
 from .aggregate import aggregate, column_roles
 from .errors import InputError
 from .outdir import staged_dir
 from .plot_common import new_figure, save_figure
-from .plots import ledger_panels, overlay_accuracy, plot_efficiency, plot_speedup, plot_time_to_accuracy
+from .plots import ledger_panels, plot_efficiency, plot_speedup, plot_time_to_accuracy
 from .report_text import html_page, markdown, told_apart
 from .result_files import load_result_dir
 from .speedup import DEFAULT_BASELINE, resolve_baselines, speedup_table
@@ -60,6 +63,7 @@ __all__ = ["RANKING_COLUMNS", "ranking_table", "points_table", "write_report", "
 RANKING_COLUMNS = ("rank", "algorithm", "time_to_accuracy_s", "time_to_accuracy_ci95_s", "workers", "seeds",
                    "reached", "best_test_accuracy", "best_test_accuracy_ci95", "mean_staleness",
                    "speedup_at_max_workers", "speedup_ci95", "max_workers")
+_TITLE_CHARS = 90  # about what a 10-point title holds across a 7-inch figure
 
 
 def _read_sweep(sweep_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -169,24 +173,19 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
     """Draw the figures; returns {figure name: caption} of those drawn."""
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    loaded = _largest_points(table, sweep_dir)
-    most = max((r.n_workers or 0) for r in loaded) if loaded else 0
     drawers = _scaling_drawers(table, baseline, meta.get("axes") or None, against)
-    if any(len(r.evals) for r in loaded):
-        drawers.append(("accuracy_vs_time", lambda ax: overlay_accuracy(loaded, ax, x="time_s"),
-                        f"Test accuracy against virtual time, each algorithm at its largest worker count "
-                        f"(up to {most})."))
     drawn: dict[str, str] = {}
     scenario = meta.get("name") or sweep_dir.name
     for name, draw, caption in drawers:
         with style.style_context():
             fig, ax = new_figure()
             draw(ax)
-            ax.set_title(f"{scenario}: {ax.get_title()}")  # every figure names its scenario
+            ax.set_title(_fit_title(f"{scenario}: {ax.get_title()}"))  # every figure names its scenario
             save_figure(style.finish_axes(fig), figures / name)
         drawn[name] = caption
     runs = [load_result_dir(sweep_dir / "points" / str(key)) for key in table["key"]]
     with style.style_context():
+        drawn.update(_accuracy_figure(_largest_points(table, sweep_dir), scenario, figures))
         bars = ledger_panels(_ledgers_by_workers(runs), f"{scenario}: where a step's time goes")
         if bars is not None:
             save_figure(style.finish_axes(bars), figures / "time_per_step")
@@ -201,6 +200,34 @@ def _figures(meta: dict[str, Any], table: pd.DataFrame, sweep_dir: Path, out: Pa
                                   "versions, bottom in seconds (versions x the run's virtual time per step). "
                                   "Algorithms with identical staleness are named together.")
     return drawn
+
+
+def _fit_title(title: str) -> str:
+    """A title longer than :data:`_TITLE_CHARS` broken before its last parenthesis (else at a space), so
+    that it stays inside a 7-inch figure."""
+    if len(title) <= _TITLE_CHARS:
+        return title
+    cut = title.rfind(" (")
+    return title[:cut] + "\n" + title[cut + 1:] if cut > 0 else textwrap.fill(title, _TITLE_CHARS)
+
+
+def _accuracy_figure(loaded: list, scenario: str, figures: Path) -> dict[str, str]:
+    """Each algorithm's largest point (first seed), a panel each; {name: caption} if drawn."""
+    sizes = {r.n_workers for r in loaded}
+    same = len(sizes) == 1 and None not in sizes
+    held = (f"{_workers_text(next(iter(sizes)))} each" if same else "each algorithm at its most workers")
+    labels = None if same else [f"{r.algorithm} ({_workers_text(r.n_workers)})" for r in loaded]
+    fig = plot_accuracy_panels(loaded, f"{scenario}: test accuracy vs virtual time, {held} (first seed)", labels)
+    if fig is None:
+        return {}
+    save_figure(fig, figures / "accuracy_vs_time")
+    return {"accuracy_vs_time": f"Mean test accuracy of the evaluated workers against virtual time, a panel per "
+                                f"algorithm ({held}, its first seed) with the others grey behind it, the target "
+                                f"dashed; algorithms with identical curves share a panel."}
+
+
+def _workers_text(n: int | None) -> str:
+    return "? workers" if n is None else f"{n} worker{'s' if n != 1 else ''}"
 
 
 def _ledgers_by_workers(runs: list) -> dict[int, dict[str, pd.DataFrame]]:

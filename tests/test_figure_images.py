@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ import pytest
 from matplotlib.testing.compare import compare_images
 
 from simdist import plot_style as style
+from simdist.accuracy_figures import plot_accuracy_panels
 from simdist.api import run
 from simdist.ledger import PARTS
 from simdist.ledger_figures import ledger_panels
@@ -60,6 +62,12 @@ def _ledger(forward: float, wait: float) -> pd.DataFrame:
     return rows
 
 
+def _accuracy_run(algorithm: str, accuracy: list[float]) -> SimpleNamespace:
+    evals = pd.DataFrame({"time_s": [0.0, 0.002, 0.004, 0.006], "step": [0, 8, 16, 24], "test_accuracy": accuracy})
+    return SimpleNamespace(algorithm=algorithm, n_workers=4, evals=evals, path=Path(algorithm),
+                           summary={"target_accuracy": 0.8})
+
+
 def _scaling(draw):
     def make():
         with style.style_context():
@@ -76,6 +84,10 @@ SYNTHETIC = {
     "staleness_panels": lambda: plot_staleness_panels(
         [StalenessPoint("sync", 2, np.zeros(8), 0.01), StalenessPoint("asgd", 2, np.array([0, 1, 1, 1, 2, 1]), 0.01),
          StalenessPoint("asgd", 4, np.array([2, 3, 3, 4, 3, 3]), 0.005)], "demo: staleness by worker count"),
+    "accuracy_panels": lambda: plot_accuracy_panels(
+        [_accuracy_run("sync", [0.1, 0.5, 0.8, 0.9]), _accuracy_run("asgd", [0.1, 0.7, 0.85, 0.9]),
+         _accuracy_run("dbs", [0.1, 0.7, 0.85, 0.9]), _accuracy_run("dcs3gd", [0.1, 0.3, 0.6, 0.7]),
+         _accuracy_run("nnt", [0.1, 0.6, 0.6, 0.95])], "demo: test accuracy vs virtual time, 4 workers each"),
     "ledger_panels": lambda: ledger_panels({2: {"sync": _ledger(0.1, 0.01), "asgd": _ledger(0.1, 0.03)},
                                             4: {"sync": _ledger(0.1, 0.02)}}, "demo: where a step's time goes"),
 }
