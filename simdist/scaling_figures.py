@@ -105,23 +105,28 @@ def _errorbars(ax: Axes, rows: pd.DataFrame, y: str, i: int, name: str) -> None:
 
 
 def _end_labels(ax: Axes, ends: list[tuple[float, float, str, str]]) -> None:
-    """Each series' name at its last point (x, y, name, colour), right of it, nudged apart
-    vertically by at least :data:`_LABEL_GAP_PT` so that labels of close lines do not overlap;
-    the x axis is widened to make room. Lines are then named where they end, not in a legend."""
+    """Each series' name right of its last point (x, y, name, colour), in one column right of the
+    rightmost point so that no name covers another series' marker, nudged apart vertically by at
+    least :data:`_LABEL_GAP_PT` (a thin leader in the series' colour joins a nudged name to its
+    point); the x axis is widened to make room. Lines are then named where they end, not in a legend."""
     if not ends:
         return
     low, high = ax.get_xlim()
     ax.set_xlim(low, high * 2.0 ** 0.9)  # room right of the last worker count (log2 axis)
     to_display, points_per_px = ax.transData, 72.0 / ax.figure.dpi
+    column_px = max(float(to_display.transform((x, y))[0]) for x, y, _, _ in ends)
     placed: list[float] = []
     for x, y, name, color in sorted(ends, key=lambda e: e[1]):
-        y_px = float(to_display.transform((x, y))[1])
+        x_px, own_px = (float(v) for v in to_display.transform((x, y)))
+        y_px = own_px
         if placed and (y_px - placed[-1]) * points_per_px < _LABEL_GAP_PT:
             y_px = placed[-1] + _LABEL_GAP_PT / points_per_px
         placed.append(y_px)
-        dy_pt = (y_px - float(to_display.transform((x, y))[1])) * points_per_px
-        ax.annotate(name, (x, y), xytext=(7, dy_pt), textcoords="offset points", va="center", ha="left",
-                    color=color, fontsize=style.FONT_SIZES["legend"], annotation_clip=False)
+        dx_pt, dy_pt = (column_px - x_px) * points_per_px + 14.0, (y_px - own_px) * points_per_px
+        leader = {"arrowstyle": "-", "color": color, "linewidth": 0.6, "shrinkA": 1, "shrinkB": 4, "relpos": (0.0, 0.5)}
+        ax.annotate(name, (x, y), xytext=(dx_pt, dy_pt), textcoords="offset points", va="center", ha="left",
+                    color=color, fontsize=style.FONT_SIZES["legend"], annotation_clip=False,
+                    arrowprops=leader if abs(dy_pt) > 2.0 else None)
 
 
 def _last_points(groups: list[tuple[str, pd.DataFrame]], y: str) -> list[tuple[float, float, str, str]]:
