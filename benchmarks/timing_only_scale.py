@@ -1,23 +1,39 @@
-"""Timing-only scale: host wall time of one synchronous iteration at 64 ... 1,024 GPUs.
+"""Timing-only scale: host wall time per iteration of every algorithm at 64 ... 1,024 GPUs.
 
-Horovod-style sync SGD (ring allreduce, analytic collectives) on the cluster-a100-hdr preset
-(4 A100 per node, fat tree), timing-only (no tensors), ResNet-50-sized MLP payloads. Targets:
-<= 2 ms of host time per iteration at 1,024 GPUs, and a fitted exponent of cost vs GPUs <= 1.1
-(cost ~ GPUs^k by least squares on log-log).
+Two tables. The first is Horovod-style sync SGD (ring allreduce, analytic collectives) on the
+cluster-a100-hdr preset (4 A100 per node, fat tree), timing-only (no tensors), ResNet-50-sized
+MLP payloads, its workers run as one lockstep cohort, against the same scenario with one SimPy
+process per rank (``Simulation(..., lockstep=False)``); both give the same results
+(tests/test_cohort.py).
 
-The cost of one iteration is measured in steady state: the wall time of a run of
-``10 + steps`` steps minus that of a 10-step run, divided by ``steps`` (best of ``repeats``
-each), so the one-time work — building the platform, planning the collective, running each
-collective phase once alone — is reported apart, as "first 10 steps". The reference column
-runs the same scenario with one SimPy process per rank (``Simulation(..., lockstep=False)``)
-instead of the workers as one lockstep cohort; both give the same results (tests/test_cohort.py).
+The second runs every algorithm (``--algorithms``, default all seven) at ``--gpus`` GPU counts
+with compute noise on (``compute.noise.rank_sigma`` 0.05), each point in a child process of
+its own so that its peak resident set size (VmHWM, else ru_maxrss) is its own. Parameter-server
+algorithms (asgd, nsoftsync, dbs) get one more node, whose first GPU is the server; their cost
+is per applied update (a step of the server's model, the unit of ``stop.steps``), the others'
+per iteration. Targets: <= 2 ms per iteration at 1,024 GPUs (sync, daso, nnt, dcs3gd), <= 20 us
+per applied update at 1,024 workers (asgd, nsoftsync, dbs), a fitted exponent of cost vs GPUs
+<= 1.1 (cost ~ GPUs^k by least squares on log-log), peak RSS <= 2 GiB at 4,096 GPUs.
+
+The cost is measured in steady state: the wall time of a run of ``warm-up + steps`` steps
+minus that of the warm-up alone, divided by ``steps`` (best of ``repeats`` each), so the
+one-time work — building the platform, planning the collective, running each collective
+phase once alone — is reported apart. The warm-up is 10 iterations, or two rounds of
+updates (each worker's gradient twice) for the parameter-server algorithms, whose measured
+part is two more rounds. The dataset holds 64 batches per worker, so no epoch ends inside a
+measured run.
 
     python benchmarks/timing_only_scale.py [--steps 50] [--repeats 3] [--reference-up-to 1024]
+        [--algorithms sync daso ...] [--gpus 64 128 256 512 1024] [--algorithm-steps 20]
+        [--algorithm-repeats 2] [--per-rank] [--skip-sync-table] [--skip-algorithms]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import resource
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,25 +41,68 @@ from simdist.scenario import scenario_from_dict
 from simdist.simulate import Simulation
 
 TARGET_MS_AT_1024 = 2.0
+TARGET_US_PER_UPDATE_AT_1024 = 20.0
 TARGET_EXPONENT = 1.1
+TARGET_RSS_GIB_AT_4096 = 2.0
 GPUS = (64, 128, 256, 512, 1024)
+GPUS_PER_NODE = 4
+BATCH = 64
+BATCHES_PER_EPOCH = 64
+NOISE = {"rank_sigma": 0.05, "source": "benchmarks/timing_only_scale.py: a round 5 % per-GPU jitter"}
+PARAMETER_SERVER = ("asgd", "nsoftsync", "dbs")
+ALGORITHMS: dict[str, dict] = {  # valid settings of each (scenarios/*.yaml, docs/algorithms.md)
+    "sync": {"name": "sync", "collective": "ring"},
+    "daso": {"name": "daso", "schedule": "fixed", "B": 4, "S": 1},  # cycling: a global sync every 4th batch
+    "nnt": {"name": "nnt", "topology": "ring"},
+    "dcs3gd": {"name": "dcs3gd"},
+    "asgd": {"name": "asgd"},
+    "nsoftsync": {"name": "nsoftsync"},  # n set per point: c = 4 gradients per update
+    "dbs": {"name": "dbs"},
+}
+GRADIENTS_PER_UPDATE = {"nsoftsync": 4}
 
 
 def scenario(gpus: int, steps: int) -> dict:
+    """The sync scenario of the first table (benchmarks/memory_1024.py runs it too)."""
     return {
         "name": f"timing-only-{gpus}",
-        "platform": {"preset": "cluster-a100-hdr", "nodes": gpus // 4},
+        "platform": {"preset": "cluster-a100-hdr", "nodes": gpus // GPUS_PER_NODE},
         "workload": {"model": {"name": "mlp", "hidden": [4096, 4096]},
                      "dataset": {"name": "synthetic", "samples": 4096, "features": 1024, "classes": 10},
-                     "batch_size": 64, "timing_only": True},
+                     "batch_size": BATCH, "timing_only": True},
         "algorithm": {"name": "sync", "collective": "ring"},
         "stop": {"steps": steps},
         "outputs": {"plots": False, "trace": False},
     }
 
 
-def wall_s(gpus: int, steps: int, repeats: int, lockstep: bool) -> float:
-    built = scenario_from_dict(scenario(gpus, steps))
+def algorithm_scenario(algorithm: str, gpus: int, steps: int) -> dict:
+    """``algorithm`` on ``gpus`` training GPUs, timing-only, compute noise on, no epoch end in sight."""
+    section = dict(ALGORITHMS[algorithm])
+    server = algorithm in PARAMETER_SERVER
+    if algorithm == "nsoftsync":
+        section["n"] = gpus // GRADIENTS_PER_UPDATE["nsoftsync"]
+    built = {
+        "name": f"timing-only-{algorithm}-{gpus}",
+        "platform": {"preset": "cluster-a100-hdr", "nodes": gpus // GPUS_PER_NODE + (1 if server else 0)},
+        "workload": {"model": {"name": "mlp", "hidden": [4096, 4096]},
+                     "dataset": {"name": "imagenet-shape", "samples": gpus * BATCH * BATCHES_PER_EPOCH,
+                                 "input_shape": [1024], "classes": 10, "test_samples": 0},
+                     "batch_size": BATCH, "timing_only": True},
+        "compute": {"noise": dict(NOISE)},
+        "algorithm": section,
+        "stop": {"steps": steps},
+        "outputs": {"plots": False, "trace": False},
+    }
+    if server:
+        built["workers"] = gpus
+    return built
+
+
+def wall_s(gpus: int, steps: int, repeats: int, lockstep: bool, algorithm: str | None = None) -> float:
+    """Best wall time of ``repeats`` runs (``algorithm`` None: the first table's sync scenario)."""
+    spec = scenario(gpus, steps) if algorithm is None else algorithm_scenario(algorithm, gpus, steps)
+    built = scenario_from_dict(spec)
     return min(Simulation(built, None, lockstep=lockstep).execute().wall_time_s for _ in range(repeats))
 
 
@@ -53,13 +112,50 @@ def steady_ms(gpus: int, steps: int, repeats: int, lockstep: bool = True) -> tup
     return (wall_s(gpus, 10 + steps, repeats, lockstep) - first) / steps * 1e3, first
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--reference-up-to", type=int, default=1024,
-                        help="largest GPU count also run with one process per rank (slow: ~0.15 s per step at 1,024)")
-    args = parser.parse_args()
+@dataclass
+class Point:
+    """One algorithm at one GPU count: steady cost per unit, warm-up seconds, peak RSS."""
+
+    ms: float  # per iteration, or per applied update
+    warmup_s: float
+    rss_mib: float
+
+
+def measured_steps(algorithm: str, gpus: int, steps: int) -> tuple[int, int]:
+    """(warm-up steps, measured steps): iterations, or server updates over two rounds each."""
+    if algorithm not in PARAMETER_SERVER:
+        return 10, steps
+    per_round = gpus // GRADIENTS_PER_UPDATE.get(algorithm, 1)
+    return 2 * per_round, 2 * per_round
+
+
+def measure_point(algorithm: str, gpus: int, steps: int, repeats: int, lockstep: bool) -> Point:
+    """Steady cost of ``algorithm`` at ``gpus`` (run in a child process, so the peak RSS is its own)."""
+    wall_s(8, 3, 1, lockstep, algorithm)  # warm-up: imports, first-call caches
+    warm, measured = measured_steps(algorithm, gpus, steps)
+    first = wall_s(gpus, warm, repeats, lockstep, algorithm)
+    whole = wall_s(gpus, warm + measured, repeats, lockstep, algorithm)
+    return Point((whole - first) / measured * 1e3, first, peak_rss_mib())
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size in MiB.
+
+    Linux's VmHWM where there is one: ``ru_maxrss`` survives exec, so a spawned child's
+    would start at its parent's peak, while VmHWM belongs to the child's own address space.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def sync_table(args: argparse.Namespace) -> None:
+    """The first table: sync as a lockstep cohort against one process per rank."""
     wall_s(64, 5, 1, True)  # warm-up
     costs = []
     print(f"sync, ring allreduce (analytic), timing-only, {args.steps} steps after 10, best of {args.repeats}")
@@ -79,6 +175,77 @@ def main() -> None:
           f"{'MET' if at_1024 <= TARGET_MS_AT_1024 else 'NOT MET'}")
     print(f"  fitted exponent of cost vs GPUs: {exponent:.3f}  (target <= {TARGET_EXPONENT})  "
           f"{'MET' if exponent <= TARGET_EXPONENT else 'NOT MET'}")
+
+
+def _verdict(value: float, target: float) -> str:
+    return "MET" if value <= target else "NOT MET"
+
+
+def algorithm_rows(algorithm: str, gpus_list: list[int], args: argparse.Namespace) -> list[Point]:
+    """Measure and print one algorithm's points, each in a fresh child process."""
+    server = algorithm in PARAMETER_SERVER
+    unit = "us/update" if server else "ms/iteration"
+    print(f"{algorithm} ({ALGORITHMS[algorithm]}{', workers = GPUs, +1 server node' if server else ''}), "
+          f"{'lockstep where supported' if not args.per_rank else 'one process per rank'}")
+    print(f"  {'GPUs':>5}  {unit:>12}  {'us/GPU' if not server else 'grads/update':>12}  {'warm-up':>9}  "
+          f"{'peak RSS':>10}")
+    context = multiprocessing.get_context("spawn")
+    points = []
+    for gpus in gpus_list:
+        with context.Pool(1) as pool:
+            point = pool.apply(measure_point, (algorithm, gpus, args.algorithm_steps, args.algorithm_repeats,
+                                               not args.per_rank))
+        points.append(point)
+        shown = point.ms * 1e3 if server else point.ms
+        second = f"{GRADIENTS_PER_UPDATE.get(algorithm, 1):12d}" if server else f"{point.ms / gpus * 1e3:12.2f}"
+        print(f"  {gpus:5d}  {shown:12.3f}  {second}  {point.warmup_s:7.3f} s  {point.rss_mib:6.0f} MiB", flush=True)
+    return points
+
+
+def algorithm_summary(algorithm: str, gpus_list: list[int], points: list[Point]) -> None:
+    """The targets next to what was measured."""
+    server = algorithm in PARAMETER_SERVER
+    if 1024 in gpus_list:
+        cost = points[gpus_list.index(1024)].ms
+        value, target, unit = (cost * 1e3, TARGET_US_PER_UPDATE_AT_1024, "us per update") if server else \
+            (cost, TARGET_MS_AT_1024, "ms per iteration")
+        print(f"  at 1,024 GPUs: {value:.3f} {unit}  (target <= {target})  {_verdict(value, target)}")
+    if len(gpus_list) >= 2:
+        costs = [max(p.ms, 1e-9) for p in points]
+        exponent = float(np.polyfit(np.log(gpus_list), np.log(costs), 1)[0])
+        print(f"  fitted exponent of cost vs GPUs ({gpus_list[0]}-{gpus_list[-1]}): {exponent:.3f}  "
+              f"(target <= {TARGET_EXPONENT})  {_verdict(exponent, TARGET_EXPONENT)}")
+    rss_gib = points[-1].rss_mib / 1024
+    where = f"at {gpus_list[-1]} GPUs"
+    verdict = _verdict(rss_gib, TARGET_RSS_GIB_AT_4096) if gpus_list[-1] >= 4096 else "(target is at 4,096 GPUs)"
+    print(f"  peak RSS {where}: {rss_gib:.2f} GiB  (target <= {TARGET_RSS_GIB_AT_4096} GiB at 4,096)  {verdict}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--reference-up-to", type=int, default=1024,
+                        help="largest GPU count also run with one process per rank (slow: ~0.15 s per step at 1,024)")
+    parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), default=list(ALGORITHMS))
+    parser.add_argument("--gpus", nargs="+", type=int, default=list(GPUS),
+                        help="GPU counts of the per-algorithm table (multiples of 4)")
+    parser.add_argument("--algorithm-steps", type=int, default=20,
+                        help="measured iterations per point of the per-algorithm table (after 10)")
+    parser.add_argument("--algorithm-repeats", type=int, default=2)
+    parser.add_argument("--per-rank", action="store_true", help="run sync with one process per rank too")
+    parser.add_argument("--skip-sync-table", action="store_true", help="only the per-algorithm table")
+    parser.add_argument("--skip-algorithms", action="store_true", help="only the sync cohort table")
+    args = parser.parse_args()
+    if not args.skip_sync_table:
+        sync_table(args)
+    if args.skip_algorithms:
+        return
+    print(f"\nevery algorithm, timing-only, compute noise rank_sigma {NOISE['rank_sigma']}, "
+          f"best of {args.algorithm_repeats}, each point in its own process")
+    for algorithm in args.algorithms:
+        points = algorithm_rows(algorithm, sorted(args.gpus), args)
+        algorithm_summary(algorithm, sorted(args.gpus), points)
 
 
 if __name__ == "__main__":
