@@ -30,6 +30,15 @@ class StepCosts:
         self.message_costs = message_costs
         self.reduce_Bps = reduce_Bps
         self.reduce_rates_Bps = reduce_rates_Bps(platform, reduce_Bps)
+        self._capacity: list[float] | None = None  # every link's nominal bandwidth, read once
+
+    @property
+    def capacity(self) -> list[float]:
+        """Every link's nominal bandwidth, by link index: built once, since a platform's links are
+        fixed, instead of once per priced step (a list as long as the platform's links)."""
+        if self._capacity is None or len(self._capacity) != len(self.platform.links):
+            self._capacity = [link.bandwidth_Bps for link in self.platform.links]
+        return self._capacity
 
     def uncontended(self, step) -> tuple[float, float, float]:
         """(smallest route latency, duration on the wire, per-message and reduction time) of one
@@ -48,7 +57,7 @@ class StepCosts:
                 routes.append([link.index for link in route])
                 latencies.append(sum(link.latency_s for link in route))
                 owners.append((i, len(stripes)))
-        capacity = [link.bandwidth_Bps for link in platform.links]
+        capacity = self.capacity
         if platform.sharing == "rtt-weighted":
             rates = weighted_max_min_rates(routes, capacity, [rtt_weight(latency) for latency in latencies])
         else:
