@@ -32,9 +32,43 @@ from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence, runt
 
 from .payloads import Deferred
 
-__all__ = ["ANY", "Group", "Message", "GradResult", "Runtime"]
+__all__ = ["ANY", "Group", "Ranks", "Message", "GradResult", "Runtime"]
 
 ANY = -1  # matches any source rank or any tag
+
+
+class Ranks(tuple):
+    """A group's ranks as a tuple that hashes once and finds a rank without a scan.
+
+    Every member of a collective looks its group up (membership, position, keys holding the
+    ranks): with a plain tuple each of those reads all the ranks, so a collective over N ranks
+    cost O(N²). Equal to, and hashing like, the plain tuple of the same ranks.
+    """
+
+    def __new__(cls, ranks: Iterable[int]) -> "Ranks":
+        self = super().__new__(cls, ranks)
+        self._hash = tuple.__hash__(self)
+        position: dict[int, int] = {}
+        for i, rank in enumerate(self):
+            position.setdefault(rank, i)
+        self._position = position
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __contains__(self, rank: object) -> bool:
+        try:
+            return rank in self._position
+        except TypeError:  # unhashable: compare as a tuple does
+            return tuple.__contains__(self, rank)
+
+    def index(self, rank: Any, *bounds: Any) -> int:
+        position = None if bounds else self._position.get(rank)
+        return tuple.index(self, rank, *bounds) if position is None else position
+
+    def __reduce__(self):  # copies and pickles are rebuilt from the ranks
+        return (Ranks, (tuple(self),))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from ..platform.compute import ComputeModel
 from ..platform.network import NETWORK_MODELS
 from ..platform.topology import Platform
 from ..recorder import Recorder, UpdateBlock
-from .base import Group
+from .base import Group, Ranks
 from .cohort import CohortProcess, CohortRuntime
 from .collectives import FIDELITIES
 from .payloads import Deferred
@@ -69,11 +69,21 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         self.crash_possible = False  # set when the run schedules node crashes (rules out cohorts)
         self.network_exclusive = False  # set when one cohort is all the traffic and links never change
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
+        self._groups: dict[tuple[tuple[int, ...], str], Group] = {}  # (ranks, name) -> the one Group (group())
         self._init_collectives()
         self._init_messages()
         self._init_compute()
         # platform.progress: on_call tracks who is inside a runtime call; async (None) lets everything move
         self.on_call = OnCallProgress(self.env) if platform.spec.progress == "on_call" else None
+
+    def group(self, ranks: Iterable[int], name: str = "") -> Group:
+        """The group of ``ranks``: one object for all members that name the same ranks, so that
+        their collectives share one :class:`Ranks` (hashed once, compared by identity)."""
+        key = (tuple(map(int, ranks)), name)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(Ranks(key[0]), name)
+        return group
 
     def runtime(self, rank: int) -> "SimRuntime":
         if not 0 <= rank < self.platform.size:
@@ -242,7 +252,7 @@ class SimRuntime:
         return self.world.collective(self.rank, "barrier", group, None)
 
     def group(self, ranks: Iterable[int], name: str = "") -> Group:
-        return Group(tuple(int(r) for r in ranks), name)
+        return self.world.group(ranks, name)
 
     def record(self, kind: str, **fields: Any) -> None:
         self.world.record(self.rank, kind, fields)
