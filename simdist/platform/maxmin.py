@@ -66,10 +66,11 @@ def _solve(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> tuple[
     """
     if len(routes) > _VECTOR_ABOVE or sum(map(len, routes)) > _VECTOR_ABOVE:
         return _fill_numpy(routes, capacity)
-    disjoint = _disjoint_rates(routes, capacity)
-    if disjoint is not None:  # progressive filling would take one round per distinct level
-        return disjoint, len({rate for rate in disjoint if rate != float("inf")})
-    return _fill_python(routes, capacity)
+    users = _users(routes)
+    if len(users) == sum(map(len, routes)):  # no link named twice (see _disjoint_rates)
+        disjoint = [min(capacity[link] for link in route) if route else float("inf") for route in routes]
+        return disjoint, len({rate for rate in disjoint if rate != float("inf")})  # one round per distinct level
+    return _fill_python(routes, capacity, users)
 
 
 def _disjoint_rates(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float] | None:
@@ -91,20 +92,20 @@ def _max_min_rates_python(routes: Sequence[Sequence[int]], capacity: Sequence[fl
     return _fill_python(routes, capacity)[0]
 
 
-def _fill_python(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> tuple[list[float], int]:
+def _fill_python(routes: Sequence[Sequence[int]], capacity: Sequence[float],
+                 users: dict[int, set[int]] | None = None) -> tuple[list[float], int]:
     """Rates by progressive filling on dicts and sets, and the number of rounds (levels) taken.
 
     A link a route names twice can be left with negative capacity; its share is then
     negative, the flows on it freeze at rate 0, and the tie margin is taken on the absolute
-    value so that the smallest share always freezes its own link.
+    value so that the smallest share always freezes its own link. The round that freezes
+    every flow left ends there: the capacity it would take is read by no later round.
+    ``users`` is :func:`_users` of ``routes`` where the caller has it already.
     """
     rates = [float("inf")] * len(routes)
-    remaining: dict[int, float] = {}
-    users: dict[int, set[int]] = defaultdict(set)
-    for f, route in enumerate(routes):
-        for link in route:
-            users[link].add(f)
-            remaining[link] = capacity[link]
+    users = _users(routes) if users is None else users
+    remaining = {link: capacity[link] for link in users}
+    unfrozen = sum(1 for route in routes if route)
     rounds = 0
     while users:
         rounds += 1
@@ -115,6 +116,10 @@ def _fill_python(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> 
         share = max(share, 0.0)
         for f in frozen:
             rates[f] = share
+        unfrozen -= len(frozen)
+        if not unfrozen:
+            break
+        for f in frozen:
             for link in routes[f]:
                 remaining[link] -= share
                 flows_here = users.get(link)
@@ -123,6 +128,19 @@ def _fill_python(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> 
                     if not flows_here:
                         del users[link]
     return rates, rounds
+
+
+def _users(routes: Sequence[Sequence[int]]) -> dict[int, set[int]]:
+    """Each link named by a route -> the flows naming it, links in order of first mention."""
+    users: dict[int, set[int]] = {}
+    for f, route in enumerate(routes):
+        for link in route:
+            flows_here = users.get(link)
+            if flows_here is None:
+                users[link] = {f}
+            else:
+                flows_here.add(f)
+    return users
 
 
 def _max_min_rates_numpy(routes: Sequence[Sequence[int]], capacity: Sequence[float]) -> list[float]:
@@ -190,10 +208,11 @@ def _hop_columns(routes: Sequence[Sequence[int]], n_links: int) -> tuple[np.ndar
 
 
 def _capacities(capacity: Sequence[float], used: np.ndarray) -> np.ndarray:
-    """The capacities of the used links, as floats: item by item when few are used, else all at once."""
-    if 8 * used.size < len(capacity):
+    """The capacities of the used links, as floats: item by item when few are used, else all at once
+    (reading a list item by item costs about three times as much per item as converting it whole)."""
+    if 3 * used.size < len(capacity):
         return np.fromiter(map(capacity.__getitem__, used.tolist()), dtype=float, count=used.size)
-    return np.asarray(capacity, dtype=float).take(used)
+    return np.fromiter(capacity, dtype=float, count=len(capacity)).take(used)
 
 
 def _repeats_a_link(hops: list[np.ndarray]) -> bool:
