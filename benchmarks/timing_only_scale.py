@@ -25,12 +25,13 @@ measured run.
 
     python benchmarks/timing_only_scale.py [--steps 50] [--repeats 3] [--reference-up-to 1024]
         [--algorithms sync daso ...] [--gpus 64 128 256 512 1024] [--algorithm-steps 20]
-        [--algorithm-repeats 2] [--per-rank] [--skip-sync-table] [--skip-algorithms]
+        [--algorithm-repeats 2] [--per-rank] [--no-link-usage] [--skip-sync-table] [--skip-algorithms]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import resource
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def scenario(gpus: int, steps: int) -> dict:
     }
 
 
-def algorithm_scenario(algorithm: str, gpus: int, steps: int) -> dict:
+def algorithm_scenario(algorithm: str, gpus: int, steps: int, link_usage: bool = True) -> dict:
     """``algorithm`` on ``gpus`` training GPUs, timing-only, compute noise on, no epoch end in sight."""
     section = dict(ALGORITHMS[algorithm])
     server = algorithm in PARAMETER_SERVER
@@ -92,18 +93,26 @@ def algorithm_scenario(algorithm: str, gpus: int, steps: int) -> dict:
         "compute": {"noise": dict(NOISE)},
         "algorithm": section,
         "stop": {"steps": steps},
-        "outputs": {"plots": False, "trace": False},
+        "outputs": {"plots": False, "trace": False, "link_usage": link_usage},
     }
     if server:
         built["workers"] = gpus
     return built
 
 
-def wall_s(gpus: int, steps: int, repeats: int, lockstep: bool, algorithm: str | None = None) -> float:
+def wall_s(gpus: int, steps: int, repeats: int, lockstep: bool, algorithm: str | None = None,
+           link_usage: bool = True) -> float:
     """Best wall time of ``repeats`` runs (``algorithm`` None: the first table's sync scenario)."""
-    spec = scenario(gpus, steps) if algorithm is None else algorithm_scenario(algorithm, gpus, steps)
+    spec = scenario(gpus, steps) if algorithm is None else algorithm_scenario(algorithm, gpus, steps, link_usage)
     built = scenario_from_dict(spec)
-    return min(Simulation(built, None, lockstep=lockstep).execute().wall_time_s for _ in range(repeats))
+    return min(_run_once(built, lockstep) for _ in range(repeats))
+
+
+def _run_once(built, lockstep: bool) -> float:
+    """One run's wall time, from a collected heap: the garbage of the run before is not its cost."""
+    simulation = Simulation(built, None, lockstep=lockstep)
+    gc.collect()
+    return simulation.execute().wall_time_s
 
 
 def steady_ms(gpus: int, steps: int, repeats: int, lockstep: bool = True) -> tuple[float, float]:
@@ -129,12 +138,13 @@ def measured_steps(algorithm: str, gpus: int, steps: int) -> tuple[int, int]:
     return 2 * per_round, 2 * per_round
 
 
-def measure_point(algorithm: str, gpus: int, steps: int, repeats: int, lockstep: bool) -> Point:
+def measure_point(algorithm: str, gpus: int, steps: int, repeats: int, lockstep: bool,
+                  link_usage: bool = True) -> Point:
     """Steady cost of ``algorithm`` at ``gpus`` (run in a child process, so the peak RSS is its own)."""
-    wall_s(8, 3, 1, lockstep, algorithm)  # warm-up: imports, first-call caches
+    wall_s(8, 3, 1, lockstep, algorithm, link_usage)  # warm-up: imports, first-call caches
     warm, measured = measured_steps(algorithm, gpus, steps)
-    first = wall_s(gpus, warm, repeats, lockstep, algorithm)
-    whole = wall_s(gpus, warm + measured, repeats, lockstep, algorithm)
+    first = wall_s(gpus, warm, repeats, lockstep, algorithm, link_usage)
+    whole = wall_s(gpus, warm + measured, repeats, lockstep, algorithm, link_usage)
     return Point((whole - first) / measured * 1e3, first, peak_rss_mib())
 
 
@@ -194,7 +204,7 @@ def algorithm_rows(algorithm: str, gpus_list: list[int], args: argparse.Namespac
     for gpus in gpus_list:
         with context.Pool(1) as pool:
             point = pool.apply(measure_point, (algorithm, gpus, args.algorithm_steps, args.algorithm_repeats,
-                                               not args.per_rank))
+                                               not args.per_rank, not args.no_link_usage))
         points.append(point)
         shown = point.ms * 1e3 if server else point.ms
         second = f"{GRADIENTS_PER_UPDATE.get(algorithm, 1):12d}" if server else f"{point.ms / gpus * 1e3:12.2f}"
@@ -234,6 +244,8 @@ def main() -> None:
                         help="measured iterations per point of the per-algorithm table (after 10)")
     parser.add_argument("--algorithm-repeats", type=int, default=2)
     parser.add_argument("--per-rank", action="store_true", help="run sync with one process per rank too")
+    parser.add_argument("--no-link-usage", action="store_true",
+                        help="per-algorithm runs without outputs.link_usage (the links' bytes over time)")
     parser.add_argument("--skip-sync-table", action="store_true", help="only the per-algorithm table")
     parser.add_argument("--skip-algorithms", action="store_true", help="only the sync cohort table")
     args = parser.parse_args()
@@ -242,7 +254,8 @@ def main() -> None:
     if args.skip_algorithms:
         return
     print(f"\nevery algorithm, timing-only, compute noise rank_sigma {NOISE['rank_sigma']}, "
-          f"best of {args.algorithm_repeats}, each point in its own process")
+          f"link usage {'off' if args.no_link_usage else 'on'}, best of {args.algorithm_repeats}, "
+          f"each point in its own process")
     for algorithm in args.algorithms:
         points = algorithm_rows(algorithm, sorted(args.gpus), args)
         algorithm_summary(algorithm, sorted(args.gpus), points)
