@@ -93,7 +93,7 @@ def algorithm_scenario(algorithm: str, gpus: int, steps: int, link_usage: bool =
         "compute": {"noise": dict(NOISE)},
         "algorithm": section,
         "stop": {"steps": steps},
-        "outputs": {"plots": False, "trace": False, "link_usage": link_usage},
+        "outputs": {"plots": False, "trace": False, **({} if link_usage else {"link_usage": False})},
     }
     if server:
         built["workers"] = gpus
