@@ -119,7 +119,7 @@ class Recorder:
             chunks = self._span_chunks
             if not chunks or type(chunks[-1]) is not _SpanRows:
                 chunks.append(_SpanRows())
-            chunks[-1].append((rank, kind, name, start_s, end_s, blocking, args or None))
+            chunks[-1].append((rank, kind, name, start_s, end_s, blocking, tuple(args.items()) if args else None))
 
     def span_block(self, block: SpanBlock) -> None:
         if len(block.ranks):
@@ -226,15 +226,15 @@ class _SpanRows(list):
     every compute and wait of a run, a tuple costs a fifth of a Span; rows become Spans
     when read (:attr:`Recorder.spans`).
 
-    A span without args keeps None in the args place, not an empty dict: a tuple of plain
-    numbers and strings leaves the garbage collector's lists at its first pass, while one
-    holding a dict stays and is traversed again by every full collection, a cost that grew
-    with the spans a run had recorded so far."""
+    The args are kept as a tuple of (key, value) pairs, None when there are none, not as a
+    dict: a tuple of plain numbers and strings leaves the garbage collector's lists at its
+    first pass, while one holding a dict stays and is traversed again by every full
+    collection, a cost that grew with the spans a run had recorded so far."""
 
 
 def _spans_of(chunk: "_SpanRows | SpanBlock") -> list[Span]:
     if type(chunk) is _SpanRows:
-        return [Span(*row) if row[6] is not None else Span(*row[:6]) for row in chunk]
+        return [Span(*row[:6]) if row[6] is None else Span(*row[:6], dict(row[6])) for row in chunk]
     return chunk.spans()
 
 
