@@ -89,6 +89,7 @@ class OpCostModel:
         self.platform = platform
         self.measured = measured or {}
         self._used: dict[tuple[str, str], str] = {}
+        self._per_param: dict[tuple[str, str, str, int], tuple[float, str]] = {}  # _per_param_s's answers and bases
 
     def seconds(self, rank: int, op: str, params: int, buffers: int = 1) -> float:
         """Time of ``op`` over ``params`` float32 parameters on ``rank``'s device (``average``: of ``buffers``)."""
@@ -109,18 +110,27 @@ class OpCostModel:
         return params * self._per_param_s(kind_name, DEVICE_KINDS.get(kind_name).profile_device, op, 1)
 
     def _per_param_s(self, kind_name: str, profile_device: str, op: str, buffers: int) -> float:
+        """Seconds per parameter of ``op``: asked for every update of every rank, found once per
+        (device kind, profile, op, buffers)."""
+        key = (kind_name, profile_device, op, buffers)
+        found = self._per_param.get(key)
+        if found is None:
+            found = self._per_param[key] = self._find_per_param_s(kind_name, profile_device, op, buffers)
+        self._used[(kind_name, op)] = found[1]  # the basis of the latest question, as describe() reports
+        return found[0]
+
+    def _find_per_param_s(self, kind_name: str, profile_device: str, op: str, buffers: int) -> tuple[float, str]:
+        """(seconds per parameter, basis: measured or estimate)."""
         measured = self.measured.get(profile_device, {}).get(op)
         if measured is not None:
-            self._used[(kind_name, op)] = "measured"
-            return measured * (buffers if op == "average" else 1)
+            return measured * (buffers if op == "average" else 1), "measured"
         from .devices import DEVICE_KINDS
 
         kind = DEVICE_KINDS.get(kind_name)
         if not kind.memory_bandwidth_Bps:
             raise InputError(f"device kind {kind_name!r} has no measured '{op}' cost and no memory bandwidth to "
                              "estimate it from; run simdist calibrate compute on it", source="platform")
-        self._used[(kind_name, op)] = "estimate"
-        return bytes_per_param(op, buffers) / kind.memory_bandwidth_Bps
+        return bytes_per_param(op, buffers) / kind.memory_bandwidth_Bps, "estimate"
 
     def describe(self) -> list[dict[str, Any]]:
         """Per device kind and op used in the run: measured, or estimated (from what)."""
