@@ -63,11 +63,20 @@ class LoneFlows:
         if lone.get(indices[0]) is not flow:
             return  # joined the shared flows (_join): their timers finish it
         now, busy = self.env.now, self.link_busy_s
+        if self.usage is not None:
+            self._record_lone(flow, now)
         for i in indices:
             del lone[i]
             busy[i] += now - flow.busy_from_s
         self._account_end(flow)
         flow.done()
+
+    def _record_lone(self, flow: Flow, now: float) -> None:
+        """Tell the usage recorder what ``flow`` moved alone since ``busy_from_s``."""
+        since = flow.busy_from_s
+        if now > since:
+            for i in flow.counted_indices:
+                self.usage.add(i, since, now, flow.rate_Bps * (now - since), now - since)
 
     def _lone_flows(self) -> list[Flow]:
         return list({id(lone): lone for lone in self._lone.values()}.values())
@@ -81,6 +90,8 @@ class LoneFlows:
             self._start_after(flow, flow.started_s - now)
             return
         self._advance(now)
+        if self.usage is not None:
+            self._record_lone(flow, now)
         flow.remaining = flow.nbytes - flow.rate_Bps * (now - flow.started_s)
         self.active.append(flow)
         for i in flow.link_indices:

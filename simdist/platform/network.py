@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from itertools import chain
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from ..registry import Registry
 from .flow import Flow
@@ -84,6 +87,8 @@ class FlowNetwork(LoneFlows):
         self.sent_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.received_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.solves = 0
+        # where link usage over time goes (a LinkUsage or UsageLog: link_usage.RateSegments); None: not kept
+        self.usage = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -194,6 +199,10 @@ class FlowNetwork(LoneFlows):
 
     def finalize(self, now_s: float) -> None:
         """Close the busy intervals of links still carrying flows at the end of the run."""
+        if self.usage is not None:
+            self.usage.close(now_s)
+            for lone in self._lone_flows():
+                self._record_lone(lone, now_s)
         for i, active in enumerate(self._link_active):
             if active:
                 self.link_busy_s[i] += now_s - self._link_busy_since[i]
@@ -260,8 +269,24 @@ class FlowNetwork(LoneFlows):
                 flow.remaining -= flow.rate_Bps * dt
         self._last_advance_s = now
 
+    def _note_usage_rates(self, rates: Sequence[float] = ()) -> None:
+        """Tell the usage recorder every counting link's summed rate and flow count as just solved
+        (``rates``: the active flows', in order)."""
+        n = len(self._capacity)
+        if not self.active:
+            self.usage.rates_now(np.zeros(n), np.zeros(n), self.env.now)
+            return
+        counted = [f.counted_indices for f in self.active]
+        lengths = np.fromiter(map(len, counted), dtype=np.int64, count=len(counted))
+        links = np.fromiter(chain.from_iterable(counted), dtype=np.int64, count=int(lengths.sum()))
+        rates = np.repeat(np.array(rates, dtype=float), lengths)
+        self.usage.rates_now(np.bincount(links, rates, minlength=n), np.bincount(links, minlength=n).astype(float),
+                             self.env.now)
+
     def _resolve_and_schedule(self) -> None:
         if not self.active:
+            if self.usage is not None:
+                self._note_usage_rates()
             return
         self.solves += 1
         if self._weight_of is None:
@@ -271,6 +296,8 @@ class FlowNetwork(LoneFlows):
                                            [f.weight for f in self.active])
         for flow, rate in zip(self.active, rates):
             flow.rate_Bps = rate
+        if self.usage is not None:
+            self._note_usage_rates(rates)
         next_s = min(max(f.remaining, 0.0) / f.rate_Bps for f in self.active)
         self._timer_generation += 1
         generation = self._timer_generation

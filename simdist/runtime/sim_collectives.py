@@ -31,6 +31,7 @@ import simpy
 import torch
 
 from ..errors import SimulationError
+from ..platform.link_usage import UsageLog
 from ..platform.network import FlowNetwork
 from .base import Group
 from .collective_pricing import CollectivePricer, Price
@@ -267,10 +268,12 @@ class CollectiveExecution:
 
     def _replay(self, alone: tuple, duration_s: float):
         """Wait ``duration_s``, then add what a run measured alone moved to the counters."""
-        _alone_s, link_bytes, link_busy_s, sent, received = alone
+        _alone_s, link_bytes, link_busy_s, sent, received, usage = alone
+        net = self.network
+        if net.usage is not None and usage is not None:
+            net.usage.add_profile(usage, self.env.now)
         if duration_s > 0:
             yield self.env.timeout(duration_s)
-        net = self.network
         for i, nbytes in link_bytes:
             net.link_bytes[i] += nbytes
         for i, busy_s in link_busy_s:
@@ -281,16 +284,19 @@ class CollectiveExecution:
             net.received_bytes[pair] += nbytes
 
     def _measure_alone(self, run):
-        """(duration, link bytes, link busy time, bytes sent, bytes received) of ``run(env, network)``
-        on a scratch copy of the network with nothing else on it."""
+        """(duration, link bytes, link busy time, bytes sent, bytes received, link usage over time
+        or None) of ``run(env, network)`` on a scratch copy of the network with nothing else on it."""
         env = simpy.Environment()
         network = type(self.network)(env, self.platform.links)
+        if self.network.usage is not None:
+            network.usage = UsageLog(len(self.platform.links))
         # until the run ends, not until the queue is empty: a lone flow that joined the shared
         # ones leaves its (then inert) timer queued, and SimPy cannot cancel a timeout
         env.run(until=env.process(run(env, network)))
         network.finalize(env.now)
         return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
-                list(network.sent_bytes.items()), list(network.received_bytes.items()))
+                list(network.sent_bytes.items()), list(network.received_bytes.items()),
+                None if network.usage is None else network.usage.profile())
 
     def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float], float]:
         """(closed-form time on the wire, latency paid before the aggregate flows, bytes per pair,
