@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from . import plots as plotting
 from .errors import InputError
 from .ledger import LEDGER_COLUMNS
+from .link_outputs import LINK_USAGE_COLUMNS
 from .metrics import summarize
 from .outdir import MARKER, staged_dir
 from .result_files import MANIFEST, PLOTS_DIR, TRACE, LoadedResult, load_result_dir, load_tables
@@ -33,7 +34,7 @@ from .tracefile import write_chrome_trace
 
 __all__ = ["Result", "TABLE_NAMES"]
 
-TABLE_NAMES = ("steps", "evals", "workers", "links", "events", "ledger")  # attributes, each <name>.csv on disk
+TABLE_NAMES = ("steps", "evals", "workers", "links", "events", "ledger", "link_usage")  # each <name>.csv on disk
 _EVENTS_COLUMNS = ("time_s", "rank", "kind")  # what events.csv always has (metrics.events_table)
 
 
@@ -45,7 +46,8 @@ class Result:
     * ``summary``: the run's figures, the keys of ``summary.json`` (:data:`simdist.metrics.SUMMARY_KEYS`);
     * ``manifest``: ``manifest.json`` (resolved scenario and platform, seed, versions, content
       hash); its ``files`` list is empty until the result is written;
-    * ``steps``, ``evals``, ``workers``, ``links``, ``events``, ``ledger``: DataFrames;
+    * ``steps``, ``evals``, ``workers``, ``links``, ``events``, ``ledger``, ``link_usage``: DataFrames
+      (``link_usage``: each link's bytes, utilisation and flows per time bin, :mod:`simdist.link_outputs`);
     * ``path``: the result directory it was written to or read from, or None.
 
     Build one with :func:`simdist.run` or :func:`simdist.load`, not directly.
@@ -61,6 +63,7 @@ class Result:
         self.links: pd.DataFrame = tables["links"]
         self.events: pd.DataFrame = tables["events"]
         self.ledger: pd.DataFrame = tables["ledger"]
+        self.link_usage: pd.DataFrame = tables["link_usage"]
         self.path = path
         self._run = run
 
@@ -81,7 +84,9 @@ class Result:
         empty_ledger = pd.DataFrame(columns=list(LEDGER_COLUMNS))
         tables = {"steps": loaded.steps, "evals": loaded.evals, "workers": loaded.workers, "links": loaded.links,
                   "events": loaded.events if loaded.events is not None else empty_events,
-                  "ledger": loaded.ledger if loaded.ledger is not None else empty_ledger}
+                  "ledger": loaded.ledger if loaded.ledger is not None else empty_ledger,
+                  "link_usage": loaded.link_usage if loaded.link_usage is not None
+                  else pd.DataFrame(columns=list(LINK_USAGE_COLUMNS))}
         return cls(summary=loaded.summary, manifest=loaded.manifest, tables=tables, path=loaded.path)
 
     # ------------------------------------------------------------------ what it is
@@ -137,7 +142,7 @@ class Result:
                 write_chrome_trace(self._run, scratch / TRACE)
         return LoadedResult(path=directory, manifest=self.manifest, summary=self.summary, steps=self.steps,
                             evals=self.evals, workers=self.workers, links=self.links, ledger=self.ledger,
-                            events=self.events)
+                            events=self.events, link_usage=self.link_usage)
 
     # ------------------------------------------------------------------ writing
 

@@ -2,7 +2,7 @@
 
 The layout is the results contract (:mod:`simdist.results` writes it): ``manifest.json``,
 ``summary.json``, the tables ``steps.csv``, ``evals.csv``, ``workers.csv``, ``links.csv``,
-``events.csv`` and ``ledger.csv`` (each may stand as ``.parquet`` instead or beside it:
+``events.csv``, ``ledger.csv`` and ``link_usage.csv`` (each may stand as ``.parquet`` instead or beside it:
 the CSV is read where both are), ``trace.json`` and ``plots/``. Reading gives a
 :class:`LoadedResult`: the manifest and summary, and the tables as DataFrames; plots and
 reports start from it and never from a re-run.
@@ -21,7 +21,7 @@ import pandas as pd
 from .errors import InputError
 from .outdir import MARKER
 
-__all__ = ["MANIFEST", "SUMMARY", "TRACE", "PLOTS_DIR", "EVENTS", "LEDGER", "TABLES", "RESULT_FILES",
+__all__ = ["MANIFEST", "SUMMARY", "TRACE", "PLOTS_DIR", "EVENTS", "LEDGER", "LINK_USAGE", "TABLES", "RESULT_FILES",
            "LoadedResult", "load_result_dir", "load_tables", "parquet_name"]
 
 MANIFEST = "manifest.json"
@@ -31,7 +31,8 @@ PLOTS_DIR = "plots"
 TABLES = ("steps.csv", "evals.csv", "workers.csv", "links.csv")
 EVENTS = "events.csv"  # free-form events; optional when reading (older directories lack it)
 LEDGER = "ledger.csv"  # per rank and step, the parts of the step (simdist.ledger); optional when reading
-RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *TABLES, EVENTS, LEDGER, TRACE, MARKER)  # plus plots/
+LINK_USAGE = "link_usage.csv"  # per link and time bin, bytes, utilisation, flows; optional when reading
+RESULT_FILES: tuple[str, ...] = (MANIFEST, SUMMARY, *TABLES, EVENTS, LEDGER, LINK_USAGE, TRACE, MARKER)  # plus plots/
 
 
 @dataclass
@@ -47,6 +48,7 @@ class LoadedResult:
     links: pd.DataFrame
     ledger: pd.DataFrame | None = None  # the time ledger (ledger.csv); None for directories written before it
     events: pd.DataFrame | None = None  # free-form events (events.csv); None for directories written before it
+    link_usage: pd.DataFrame | None = None  # each link over time (link_usage.csv); None where not written
 
     @property
     def algorithm(self) -> str:
@@ -87,7 +89,7 @@ def _table_path(directory: Path, name: str) -> Path | None:
 
 
 def load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:
-    paths = {name: _table_path(directory, name) for name in (*TABLES, EVENTS, LEDGER)}
+    paths = {name: _table_path(directory, name) for name in (*TABLES, EVENTS, LEDGER, LINK_USAGE)}
     for name in TABLES:
         if paths[name] is None:
             raise InputError(f"not a simdist result directory: {name} is missing", source=str(directory))
@@ -101,6 +103,7 @@ def load_tables(directory: Path, manifest: dict[str, Any]) -> LoadedResult:
         links=_read_table(paths["links.csv"]),
         ledger=None if paths[LEDGER] is None else _read_table(paths[LEDGER]),
         events=None if paths[EVENTS] is None else _read_table(paths[EVENTS]),
+        link_usage=None if paths[LINK_USAGE] is None else _read_table(paths[LINK_USAGE]),
     )
 
 

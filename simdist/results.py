@@ -12,6 +12,8 @@ sibling directory renamed into place), holding:
 ``links.csv``          per link: link, kind, bytes, busy_s
 ``ledger.csv``         per rank and step, the parts of the step (:mod:`simdist.ledger`)
 ``events.csv``         free-form events (DASO phases, NNT syncs, DBS batch changes ...)
+``link_usage.csv``     per link and time bin: bytes, utilisation, flows (:mod:`simdist.link_outputs`;
+                       simulated runs with ``outputs.link_usage``, the default; else the header only)
 ``*.parquet``          with ``parquet=True``: every table again as Parquet (typed, compressed)
 ``trace.json``         Chrome/Perfetto trace: a process per node, a thread per rank
 ``plots/``             PNG and SVG figures read from the tables above
@@ -47,7 +49,8 @@ from .errors import InputError
 from .ledger import ledger_table
 from .metrics import jsonable
 from .outdir import staged_dir
-from .result_files import (EVENTS, LEDGER, MANIFEST, PLOTS_DIR, RESULT_FILES, SUMMARY, TRACE, LoadedResult,
+from .link_outputs import link_usage_table
+from .result_files import (EVENTS, LEDGER, LINK_USAGE, MANIFEST, PLOTS_DIR, RESULT_FILES, SUMMARY, TRACE, LoadedResult,
                            load_result_dir, load_tables, parquet_name)
 from .run_result import LinkStats, RankInfo, RunResult
 
@@ -82,8 +85,11 @@ def write_result_dir(result: RunResult, out_dir: str | os.PathLike[str], *, over
     ``overwrite`` and simdist wrote it (:mod:`simdist.outdir`); then it is replaced only once
     the new directory is complete. The parent directory is created if missing.
     ``plots=False`` leaves out ``plots/``; ``parquet=True`` writes every table as Parquet too
-    (``steps.parquet`` beside ``steps.csv`` ...; needs pyarrow: the ``parquet`` extra).
+    (``steps.parquet`` beside ``steps.csv`` ...; needs pyarrow: the ``parquet`` extra). The
+    scenario's ``outputs`` section adds to these: ``parquet: true`` asks for Parquet as the
+    argument does, ``trace: false`` leaves out ``trace.json`` (and so the timeline figure).
     """
+    parquet = parquet or bool(_outputs(result).get("parquet", False))
     if parquet:
         require_parquet()  # before anything is written
     out = Path(out_dir)
@@ -158,10 +164,17 @@ def result_tables(result: RunResult) -> dict[str, Any]:
         EVENTS: metrics.events_table(result),
         LEDGER: ledger_table(metrics.spans_table(result),
                              uncovered="update" if result.extra.get("runtime") == "mpi" else "wait"),
+        LINK_USAGE: link_usage_table(result),  # header only where not kept (real runs, outputs.link_usage false)
     }
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _outputs(result: RunResult) -> dict[str, Any]:
+    """The run's ``outputs`` section as resolved (empty for a result built without one)."""
+    outputs = result.scenario.get("outputs") if isinstance(result.scenario, dict) else None
+    return outputs if isinstance(outputs, dict) else {}
 
 
 def parquet_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -182,7 +195,8 @@ def _write_contents(result: RunResult, directory: Path, *, plots: bool, parquet:
         table.to_csv(directory / name, index=False, float_format=_FLOAT_FORMAT)
         if parquet:
             parquet_table(table).to_parquet(directory / parquet_name(name), index=False)
-    tracefile.write_chrome_trace(result, directory / TRACE)
+    if _outputs(result).get("trace", True):
+        tracefile.write_chrome_trace(result, directory / TRACE)
     manifest = build_manifest(result, summary, files=[])
     if plots:
         from . import plots as plotting

@@ -12,6 +12,8 @@
 ``timeline``            one row per rank, compute / comm / wait spans (:mod:`simdist.timeline_figure`)
 ``time_per_step``       where the time goes: each rank's mean step stacked by ledger part
                         (``ledger.csv``: forward/backward, comm wire and CPU, wait, update ...)
+``link_utilisation``    each link kind's mean utilisation and the busiest links' over virtual
+                        time (``link_usage.csv``, :mod:`simdist.link_figures`)
 
 A figure whose data is absent (timing-only runs have no loss; no evaluations; no updates;
 no trace) is skipped, not an error; :func:`figure` returns one of them unsaved (the Python
@@ -36,6 +38,7 @@ from matplotlib.figure import Figure
 
 from . import plot_style as style
 from .ledger_figures import ledger_bars
+from .link_figures import draw_link_utilisation
 from .plot_common import figure_title, largest, legend, new_figure, numeric, save_figure, staleness_edges
 from .result_files import LoadedResult
 from .timeline_figure import draw_timeline
@@ -43,7 +46,7 @@ from .timeline_figure import draw_timeline
 __all__ = ["FIGURES", "MAX_BOXES", "plot_tables", "figure", "ledger_bars"]
 
 FIGURES = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "staleness_vs_time", "iteration_times",
-           "batch_size_vs_time", "timeline", "time_per_step")
+           "batch_size_vs_time", "timeline", "time_per_step", "link_utilisation")
 MAX_BOXES = 48  # workers above which iteration times are drawn as quantile bands
 _FEW_LEVELS = 3  # iteration times with at most this many distinct values (4 digits) are listed in words
 _RASTERIZE_ABOVE = 5000  # artists with more points than this are rasterized in SVG
@@ -69,7 +72,7 @@ def figure(loaded: LoadedResult, name: str) -> Figure | None:
     draw = {"loss_vs_time": _draw_loss, "accuracy_vs_time": _draw_accuracy, "staleness_hist": _draw_staleness,
             "staleness_vs_time": _draw_staleness_over_time,
             "iteration_times": _draw_iteration_times, "batch_size_vs_time": _draw_batch_sizes,
-            "timeline": draw_timeline, "time_per_step": _draw_ledger}
+            "timeline": draw_timeline, "time_per_step": _draw_ledger, "link_utilisation": draw_link_utilisation}
     if name not in draw:
         raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
     with style.style_context():

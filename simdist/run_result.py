@@ -53,6 +53,8 @@ class RunResult:
     epochs: float | None = None  # epochs completed (fractional for asynchronous algorithms)
     timing_only: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # each link's traffic over time (link_series); None where not kept (real runs, outputs.link_usage false)
+    link_usage: dict[str, Any] | None = None
 
     @property
     def workers(self) -> list[int]:

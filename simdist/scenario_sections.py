@@ -185,8 +185,14 @@ class ComputeConfig(_Config):
 class OutputConfig(_Config):
     """What a run writes besides the tables."""
 
-    plots: bool = True
-    trace: bool = True
+    plots: bool = Field(True, description="draw the run's figures into plots/")
+    trace: bool = Field(True, description="write trace.json, the Chrome/Perfetto timeline (the timeline figure reads it)")
+    parquet: bool = Field(False, description="write every table as Parquet too (needs pyarrow), as run --parquet does")
+    link_usage: bool = Field(True, description="keep each link's bytes and flows over time: link_usage.csv and the "
+                                                "trace's link counter tracks")
+    link_usage_bins: int = Field(200, ge=2, le=100_000, multiple_of=2,
+                                 description="time bins per link at most in link_usage.csv (the run ends with "
+                                             "between half this and this many, each 1 us x a power of two wide)")
 
 
 class ComparePoint(_Config):

@@ -27,6 +27,7 @@ from .assembly import assemble_run, epoch_end_costs, profile_paths
 from .errors import InputError
 from .faults import FaultInjector
 from .platform.compute import ComputeModel, load_profiles
+from .platform.link_usage import LinkUsage, link_series
 from .platform.stragglers import StragglerSchedule
 from .recorder import Recorder
 from .run_result import LinkStats, RankInfo, RunResult
@@ -104,6 +105,8 @@ class Simulation:
                               fidelity=scenario.network.collective_fidelity,
                               default_collective=scenario.network.collective,
                               network_model=scenario.network.model)
+        if scenario.outputs.link_usage:
+            self.world.network.usage = LinkUsage(len(self.platform.links), max_bins=scenario.outputs.link_usage_bins)
         try:  # what getting a batch costs before each forward/backward (the ledger's data part)
             self.world.data_loading = build_data_loading(scenario.workload.data_loading, self.workload.dataset,
                                                          self.platform, self.op_costs.measured)
@@ -283,12 +286,13 @@ class Simulation:
         net.finalize(now)
         links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])
                  for link in self.platform.links if net.link_bytes[link.index] > 0 or net.link_busy_s[link.index] > 0]
+        link_usage = None if net.usage is None else link_series(net.usage.series(now), self.platform.links)
         workers = set(self.workers)
         ranks = [RankInfo(d.rank, d.node, d.kind, "worker" if d.rank in workers else "server")
                  for d in self.platform.devices if d.rank in workers or d.rank in self.process_ranks]
         return RunResult(
             scenario=scenario.resolved(), platform=self.platform.describe(), seed=scenario.seed,
-            algorithm=scenario.algorithm_name, ranks=ranks, recorder=self.recorder, links=links,
+            algorithm=scenario.algorithm_name, ranks=ranks, recorder=self.recorder, links=links, link_usage=link_usage,
             virtual_time_s=now, wall_time_s=wall_time_s, status=status,
             target_accuracy=scenario.stop.target_accuracy, epochs=self.algorithm.epochs_completed(),
             timing_only=self.timing_only,

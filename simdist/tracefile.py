@@ -11,7 +11,9 @@ Open ``trace.json`` in https://ui.perfetto.dev or ``chrome://tracing``. Layout:
 * each applied update as a thread-scoped instant event (``"i"``) named ``update`` on the
   producing worker's thread;
 * each evaluation as a counter event (``"C"``) named ``test_accuracy`` in the evaluated
-  worker's node, one series per worker.
+  worker's node, one series per worker;
+* in a process named ``links``, counter tracks of link utilisation and flows over time: per
+  link kind, and for the busiest links one each (:mod:`simdist.link_outputs`).
 
 Times are microseconds (``ts``/``dur``), rounded to nanoseconds. Events are sorted by
 ``(ts, pid, tid, name)`` after the metadata events, so identical runs give identical files.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .link_outputs import link_counter_events
 from .metrics import SPANS_COLUMNS, jsonable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -43,9 +46,12 @@ def chrome_trace(result: RunResult) -> dict[str, Any]:
     node_of = {r.rank: r.node for r in result.ranks}
     async_ranks = sorted({s.rank for s in result.recorder.spans if not s.blocking})
     events = _span_events(result, node_of) + _update_events(result, node_of) + _eval_events(result, node_of)
+    link_events = link_counter_events(result)
+    events += [e for e in link_events if e["ph"] != "M"]
     events.sort(key=lambda e: (e["ts"], e["pid"], e["tid"], e["name"]))
     return {
-        "traceEvents": _metadata_events(result, async_ranks, node_of) + events,
+        "traceEvents": _metadata_events(result, async_ranks, node_of) + [e for e in link_events if e["ph"] == "M"]
+        + events,
         "displayTimeUnit": "ms",
         "otherData": {
             "algorithm": result.algorithm,

@@ -1,0 +1,89 @@
+"""Each link's traffic over time as outputs: ``link_usage.csv`` and the trace's counter tracks.
+
+A simulated run keeps, per link and time bin, the bytes that crossed the link and the
+flow-seconds spent on it (:mod:`simdist.platform.link_usage`). Here they become:
+
+* :func:`link_usage_table`: one row per (link, bin) that carried anything, with the link's
+  mean ``utilisation`` in the bin (bytes / (nominal bandwidth x bin width): a degraded link's
+  full speed reads below 1) and the mean number of ``flows`` sharing it. Bins without a row
+  were idle. Bytes are the flow model's exact amounts; ``links.csv`` counts whole bytes per
+  transfer, so the two totals agree to within a byte per transfer.
+* :func:`link_counter_events`: Perfetto / Chrome counter events (``"ph": "C"``) in a process
+  of their own named ``links``: per link kind, the mean utilisation and flows over that kind's
+  links; per link, for the :data:`TRACE_LINKS` busiest links only (a 1,024-GPU fabric has
+  thousands), its utilisation and flows. A counter holds its value until the next event, so
+  each series closes with a zero where its link falls idle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .run_result import RunResult
+
+__all__ = ["LINK_USAGE_COLUMNS", "TRACE_LINKS", "LINKS_PID", "link_usage_table", "link_counter_events"]
+
+LINK_USAGE_COLUMNS: tuple[str, ...] = ("link", "kind", "start_s", "end_s", "bytes", "utilisation", "flows")
+TRACE_LINKS = 16  # links drawn as their own counter tracks, busiest first
+LINKS_PID = 1_000_000  # the trace process holding the link counters (nodes are 0 ... nodes - 1)
+_US = 1e6
+
+
+def link_usage_table(result: RunResult) -> pd.DataFrame:
+    """One row per (link, time bin) with traffic, in link then time order (module doc)."""
+    usage = result.link_usage
+    if usage is None or not len(usage["link"]):
+        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("link", "kind") else float)
+                             for c in LINK_USAGE_COLUMNS})
+    width = np.maximum(usage["end_s"] - usage["start_s"], 1e-300)
+    return pd.DataFrame({
+        "link": pd.Series(usage["link"], dtype=object),
+        "kind": pd.Series(usage["kind"], dtype=object),
+        "start_s": usage["start_s"], "end_s": usage["end_s"], "bytes": usage["bytes"],
+        "utilisation": usage["bytes"] / (usage["bandwidth_Bps"] * width),
+        "flows": usage["flow_s"] / width,
+    }, columns=list(LINK_USAGE_COLUMNS))
+
+
+def link_counter_events(result: RunResult) -> list[dict[str, Any]]:
+    """The ``links`` process's metadata and counter events (module doc); none without link usage."""
+    table = link_usage_table(result)
+    if table.empty:
+        return []
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"name": "links"}},
+        {"ph": "M", "name": "process_sort_index", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"sort_index": -1}},
+    ]
+    for kind, rows in table.groupby("kind", sort=True):
+        links = rows["link"].nunique()
+        per_bin = rows.groupby("start_s", sort=True).agg(end_s=("end_s", "max"), utilisation=("utilisation", "sum"),
+                                                         flows=("flows", "sum"))
+        events += _counter(f"{kind} links (mean of {links})", per_bin.index.to_numpy(), per_bin["end_s"].to_numpy(),
+                           per_bin["utilisation"].to_numpy() / links, per_bin["flows"].to_numpy() / links)
+    busiest = table.groupby("link", sort=False)["bytes"].sum().sort_values(ascending=False, kind="stable")
+    for name in sorted(busiest.index[:TRACE_LINKS]):
+        rows = table[table["link"] == name]
+        events += _counter(f"link {name}", rows["start_s"].to_numpy(), rows["end_s"].to_numpy(),
+                           rows["utilisation"].to_numpy(), rows["flows"].to_numpy())
+    return events
+
+
+def _counter(name: str, start_s: np.ndarray, end_s: np.ndarray, utilisation: np.ndarray,
+             flows: np.ndarray) -> list[dict[str, Any]]:
+    """Counter events of one series: a value at each bin's start, and zero where the next bin
+    with traffic does not follow at once (the link was idle in between)."""
+    events = []
+    for k, start in enumerate(start_s):
+        events.append(_event(name, start, float(utilisation[k]), float(flows[k])))
+        if k + 1 == len(start_s) or start_s[k + 1] > end_s[k] * (1 + 1e-12):
+            events.append(_event(name, end_s[k], 0.0, 0.0))
+    return events
+
+
+def _event(name: str, time_s: float, utilisation: float, flows: float) -> dict[str, Any]:
+    return {"ph": "C", "name": name, "pid": LINKS_PID, "tid": 0, "ts": round(float(time_s) * _US, 3),
+            "args": {"utilisation": round(utilisation, 6), "flows": round(flows, 4)}}
