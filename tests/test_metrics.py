@@ -35,7 +35,7 @@ from simdist.results import LinkStats, RankInfo, RunResult
 
 
 def make_result(*, timing_only: bool = False, evals: bool = True, updates: bool = True,
-                wall_time_s: float = 1.25) -> RunResult:
+                wall_time_s: float = 1.25, link_usage: bool = True) -> RunResult:
     rec = Recorder()
     for rank, kind, start, end in [
         (0, "compute", 0, 2), (0, "comm", 2, 3), (0, "compute", 3, 5), (0, "comm", 5, 6), (0, "wait", 6, 7),
@@ -71,7 +71,18 @@ def make_result(*, timing_only: bool = False, evals: bool = True, updates: bool 
         target_accuracy=0.55,
         epochs=1.5,
         timing_only=timing_only,
+        link_usage=_link_usage() if link_usage else None,
     )
+
+
+def _link_usage() -> dict:
+    """Both links over ten 1 s bins: n0->n1 busy in bins 2-3 and 5-6, n1->n0 in bin 7 at half rate."""
+    rows = [("n0->n1", 2, 250.0), ("n0->n1", 3, 250.0), ("n0->n1", 5, 250.0), ("n0->n1", 6, 250.0),
+            ("n1->n0", 7, 2000.0)]
+    return {"link": [r[0] for r in rows], "kind": ["ib-hdr"] * len(rows),
+            "bandwidth_Bps": np.array([500.0, 500.0, 500.0, 500.0, 4000.0]),
+            "start_s": np.array([float(r[1]) for r in rows]), "end_s": np.array([r[1] + 1.0 for r in rows]),
+            "bytes": np.array([r[2] for r in rows]), "flow_s": np.array([0.5, 0.5, 0.5, 0.5, 1.0])}
 
 
 def test_summary_keys_in_order():

@@ -60,13 +60,13 @@ def test_plot_result_dir_reads_the_directory_deterministically(tmp_path):
 def test_timing_only_run_skips_loss_and_accuracy(tmp_path):
     out = write_result_dir(make_result(timing_only=True), tmp_path / "run")
     assert _names((out / "plots").iterdir()) == _all(["staleness_hist", "staleness_vs_time", "iteration_times",
-                                                       "timeline", "time_per_step"])
+                                                       "timeline", "time_per_step", "link_utilisation"])
 
 
 def test_run_without_updates_skips_staleness_but_keeps_test_loss(tmp_path):
     out = write_result_dir(make_result(updates=False), tmp_path / "run")
     assert _names((out / "plots").iterdir()) == _all(["loss_vs_time", "accuracy_vs_time", "timeline",
-                                                       "time_per_step"])
+                                                       "time_per_step", "link_utilisation"])
 
 
 def test_missing_trace_skips_the_timeline(tmp_path):
@@ -74,11 +74,11 @@ def test_missing_trace_skips_the_timeline(tmp_path):
     (out / "trace.json").unlink()
     paths = plot_tables(load_result_dir(out), tmp_path / "figs")
     assert _names(paths) == _all(["loss_vs_time", "accuracy_vs_time", "staleness_hist", "staleness_vs_time",
-                                  "iteration_times", "time_per_step"])
+                                  "iteration_times", "time_per_step", "link_utilisation"])
 
 
 def test_run_with_nothing_draws_nothing(tmp_path):
-    result = make_result(updates=False, evals=False)
+    result = make_result(updates=False, evals=False, link_usage=False)
     result.recorder.spans.clear()
     out = write_result_dir(result, tmp_path / "run")
     assert list((out / "plots").iterdir()) == []

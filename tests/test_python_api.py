@@ -28,8 +28,9 @@ TABLES = ("steps", "evals", "workers", "links", "events", "ledger")
 
 
 def scenario(**changes) -> dict:
-    """Four steps of sync on 2 ranks, evaluated every 2 steps (a fraction of a second)."""
-    return tiny_scenario(**{"stop": {"steps": 4}, "evaluation": {"every_steps": 2}, **changes})
+    """Four steps of sync on 2 ranks, evaluated every 2 steps (a fraction of a second), with its trace."""
+    return tiny_scenario(**{"stop": {"steps": 4}, "evaluation": {"every_steps": 2},
+                            "outputs": {"plots": False, "trace": True}, **changes})
 
 
 def without_wall_time(summary: dict) -> dict:

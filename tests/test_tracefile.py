@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from simdist.link_outputs import LINKS_PID
 from simdist.tracefile import ASYNC_TID_OFFSET, chrome_trace, read_trace_spans, spans_from_trace, write_chrome_trace
 
 try:
@@ -13,7 +14,25 @@ except ImportError:  # tests/ collected as a package
 
 
 def _events(trace, ph):
-    return [e for e in trace["traceEvents"] if e["ph"] == ph]
+    """The events of phase ``ph`` outside the link counters' process (tested on their own below)."""
+    return [e for e in trace["traceEvents"] if e["ph"] == ph and e["pid"] != LINKS_PID]
+
+
+def test_link_counters_live_in_a_process_of_their_own():
+    trace = chrome_trace(make_result())
+    links = [e for e in trace["traceEvents"] if e["pid"] == LINKS_PID]
+    assert [e["args"]["name"] for e in links if e["name"] == "process_name"] == ["links"]
+    series = {}
+    for e in links:
+        if e["ph"] == "C":
+            series.setdefault(e["name"], []).append((e["ts"], e["args"]["utilisation"], e["args"]["flows"]))
+    # n0->n1: 250 B in 1 s bins of a 500 B/s link, busy in bins 2-3 and 5-6, idle between and after
+    assert series["link n0->n1"] == [(2e6, 0.5, 0.5), (3e6, 0.5, 0.5), (4e6, 0.0, 0.0), (5e6, 0.5, 0.5),
+                                     (6e6, 0.5, 0.5), (7e6, 0.0, 0.0)]
+    assert series["link n1->n0"] == [(7e6, 0.5, 1.0), (8e6, 0.0, 0.0)]
+    kind = series["ib-hdr links (mean of 2)"]
+    assert kind[0] == (2e6, 0.25, 0.25) and (7e6, 0.25, 0.5) in kind and kind[-1] == (8e6, 0.0, 0.0)
+    assert not chrome_trace(make_result(link_usage=False))["traceEvents"][-1]["pid"] == LINKS_PID
 
 
 def test_trace_is_valid_json_with_the_expected_top_level():
