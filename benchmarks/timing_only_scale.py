@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import multiprocessing
+import json
 import resource
-from dataclasses import dataclass
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -148,6 +151,20 @@ def measure_point(algorithm: str, gpus: int, steps: int, repeats: int, lockstep:
     return Point((whole - first) / measured * 1e3, first, peak_rss_mib())
 
 
+def point_in_child(algorithm: str, gpus: int, steps: int, repeats: int, lockstep: bool, link_usage: bool) -> Point:
+    """:func:`measure_point` in a fresh interpreter running this script (``--measure-point``).
+
+    A new process rather than a multiprocessing pool: the script may itself run as a module
+    loaded by path (runpy), whose functions a spawned pool worker could not import."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--measure-point", algorithm, str(gpus), str(steps),
+            str(repeats), str(int(lockstep)), str(int(link_usage))]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"measuring {algorithm} at {gpus} GPUs failed (exit {done.returncode}): "
+                         f"{done.stderr.strip().splitlines()[-1:] or ''}")
+    return Point(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set size in MiB.
 
@@ -199,12 +216,10 @@ def algorithm_rows(algorithm: str, gpus_list: list[int], args: argparse.Namespac
           f"{'lockstep where supported' if not args.per_rank else 'one process per rank'}")
     print(f"  {'GPUs':>5}  {unit:>12}  {'us/GPU' if not server else 'grads/update':>12}  {'warm-up':>9}  "
           f"{'peak RSS':>10}")
-    context = multiprocessing.get_context("spawn")
     points = []
     for gpus in gpus_list:
-        with context.Pool(1) as pool:
-            point = pool.apply(measure_point, (algorithm, gpus, args.algorithm_steps, args.algorithm_repeats,
-                                               not args.per_rank, not args.no_link_usage))
+        point = point_in_child(algorithm, gpus, args.algorithm_steps, args.algorithm_repeats,
+                               not args.per_rank, not args.no_link_usage)
         points.append(point)
         shown = point.ms * 1e3 if server else point.ms
         second = f"{GRADIENTS_PER_UPDATE.get(algorithm, 1):12d}" if server else f"{point.ms / gpus * 1e3:12.2f}"
@@ -220,8 +235,11 @@ def algorithm_summary(algorithm: str, gpus_list: list[int], points: list[Point])
         value, target, unit = (cost * 1e3, TARGET_US_PER_UPDATE_AT_1024, "us per update") if server else \
             (cost, TARGET_MS_AT_1024, "ms per iteration")
         print(f"  at 1,024 GPUs: {value:.3f} {unit}  (target <= {target})  {_verdict(value, target)}")
-    if len(gpus_list) >= 2:
-        costs = [max(p.ms, 1e-9) for p in points]
+    if len(gpus_list) >= 2 and min(p.ms for p in points) <= 0:
+        print("  fitted exponent: none (a point's steady cost came out <= 0: too few measured steps to rise "
+              "above the run-to-run spread; use more --algorithm-steps)")
+    elif len(gpus_list) >= 2:
+        costs = [p.ms for p in points]
         exponent = float(np.polyfit(np.log(gpus_list), np.log(costs), 1)[0])
         print(f"  fitted exponent of cost vs GPUs ({gpus_list[0]}-{gpus_list[-1]}): {exponent:.3f}  "
               f"(target <= {TARGET_EXPONENT})  {_verdict(exponent, TARGET_EXPONENT)}")
@@ -248,7 +266,14 @@ def main() -> None:
                         help="per-algorithm runs without outputs.link_usage (the links' bytes over time)")
     parser.add_argument("--skip-sync-table", action="store_true", help="only the per-algorithm table")
     parser.add_argument("--skip-algorithms", action="store_true", help="only the sync cohort table")
+    parser.add_argument("--measure-point", nargs=6, metavar=("ALG", "GPUS", "STEPS", "REPEATS", "LOCKSTEP", "LINKS"),
+                        help=argparse.SUPPRESS)  # one point, in the child process point_in_child starts
     args = parser.parse_args()
+    if args.measure_point:
+        algorithm, *numbers = args.measure_point
+        gpus, steps, repeats, lockstep, link_usage = map(int, numbers)
+        print(json.dumps(asdict(measure_point(algorithm, gpus, steps, repeats, bool(lockstep), bool(link_usage)))))
+        return
     if not args.skip_sync_table:
         sync_table(args)
     if args.skip_algorithms:

@@ -151,8 +151,10 @@ ADJUST: dict[str, Adjust] = {
         "one (nodes, batch) point of the six, 3 steps", append=("--nodes", "32", "--batch", "512", "--steps", "3")),
     "python benchmarks/nsoftsync_staleness.py": Adjust("one n of the four", append=("--n", "2")),
     "python benchmarks/timing_only_scale.py": Adjust(
-        "a speed benchmark: 3 steps, one repeat, per-rank reference up to 64 GPUs",
-        append=("--steps", "3", "--repeats", "1", "--reference-up-to", "64")),
+        "a speed benchmark: 3 steps, one repeat, per-rank reference up to 64 GPUs; the per-algorithm table "
+        "for two algorithms at 8 and 16 GPUs, 2 steps",
+        append=("--steps", "3", "--repeats", "1", "--reference-up-to", "64", "--algorithms", "sync", "asgd",
+                "--gpus", "8", "16", "--algorithm-steps", "2", "--algorithm-repeats", "1")),
     "python benchmarks/memory_1024.py": Adjust("3 steps of the 1,024-GPU run", append=("--steps", "3")),
     "python benchmarks/replay_overhead.py": Adjust(
         "2 workers, 3 steps, one repeat", append=("--workers", "2", "--steps", "3", "--repeats", "1")),
