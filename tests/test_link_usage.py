@@ -65,7 +65,7 @@ def test_each_bin_holds_exactly_the_overlap_of_every_interval(intervals, max_bin
                     continue
                 length = (a + length) - a  # as a float end point has it: a tiny length may vanish
                 if length > 0:
-                    expected += nbytes * _overlap(a, a + length, lo, hi) / length
+                    expected += nbytes * (_overlap(a, a + length, lo, hi) / length)  # the share first: no underflow
                 elif lo <= a < hi or (k == max_bins - 1 and a >= hi):
                     expected += nbytes
             assert got.get((link, lo), 0.0) == pytest.approx(expected, rel=1e-9, abs=1e-6 * (1 + expected))

@@ -17,7 +17,7 @@ from simdist.result_files import load_result_dir
 from helpers import tiny_scenario
 
 DRAWN = ("loss_vs_time", "accuracy_vs_time", "staleness_hist", "staleness_vs_time", "iteration_times", "timeline",
-         "time_per_step")
+         "time_per_step", "link_utilisation")
 
 
 def _run(tmp_path_factory, name: str, **changes):
