@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from . import plot_style as style
+from .link_outputs import busiest_links, kind_means
 from .plot_common import figure_title, legend, new_figure, numeric
 from .result_files import LoadedResult
 
@@ -28,7 +29,7 @@ def draw_link_utilisation(loaded: LoadedResult) -> Figure | None:
         return None
     if "link" not in table or "kind" not in table:
         return None
-    values = numeric(table, "start_s", "end_s", "bytes", "utilisation")
+    values = numeric(table, "start_s", "end_s", "bytes", "utilisation", "flows")
     table = values.assign(link=table["link"].astype(str), kind=table["kind"].astype(str)).dropna(
         subset=["start_s", "end_s", "utilisation"])
     if table.empty:
@@ -37,13 +38,11 @@ def draw_link_utilisation(loaded: LoadedResult) -> Figure | None:
     end_s = float(table["end_s"].max())
     fig, ax = new_figure()
     colors = style.SERIES_COLORS
-    kinds = table.groupby("kind", sort=True)
-    for i, (kind, rows) in enumerate(kinds):
-        mean = rows.groupby("start_s")["utilisation"].sum() / rows["link"].nunique()
-        _steps(ax, starts, end_s, mean, label=f"{kind}: mean of {rows['link'].nunique()} links",
+    kinds = kind_means(table)
+    for i, (kind, per_bin) in enumerate(kinds.items()):
+        _steps(ax, starts, end_s, per_bin["utilisation"], label=f"{kind}: mean of {per_bin.attrs['links']} links",
                linewidth=1.8, color=colors[i % len(colors)])
-    busiest = table.groupby("link")["bytes"].sum().sort_values(ascending=False, kind="stable").index[:BUSIEST]
-    for j, link in enumerate(busiest):
+    for j, link in enumerate(busiest_links(table, BUSIEST)):
         rows = table[table["link"] == link].set_index("start_s")["utilisation"]
         _steps(ax, starts, end_s, rows, label=f"link {link}", linewidth=0.8, linestyle="--",
                color=colors[(len(kinds) + j) % len(colors)])

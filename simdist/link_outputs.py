@@ -8,7 +8,7 @@ flow-seconds spent on it (:mod:`simdist.platform.link_usage`). Here they become:
   full speed reads below 1) and the mean number of ``flows`` sharing it. Bins without a row
   were idle. Bytes are the flow model's exact amounts; ``links.csv`` counts whole bytes per
   transfer, so the two totals agree to within a byte per transfer.
-* :func:`link_counter_events`: Perfetto / Chrome counter events (``"ph": "C"``) in a process
+* :func:`link_trace_events`: Perfetto / Chrome counter events (``"ph": "C"``) in a process
   of their own named ``links``: per link kind, the mean utilisation and flows over that kind's
   links; per link, for the :data:`TRACE_LINKS` busiest links only (a 1,024-GPU fabric has
   thousands), its utilisation and flows. A counter holds its value until the next event, so
@@ -25,7 +25,8 @@ import pandas as pd
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .run_result import RunResult
 
-__all__ = ["LINK_USAGE_COLUMNS", "TRACE_LINKS", "LINKS_PID", "link_usage_table", "link_counter_events"]
+__all__ = ["LINK_USAGE_COLUMNS", "TRACE_LINKS", "LINKS_PID", "link_usage_table", "link_trace_events",
+           "kind_means", "busiest_links"]
 
 LINK_USAGE_COLUMNS: tuple[str, ...] = ("link", "kind", "start_s", "end_s", "bytes", "utilisation", "flows")
 TRACE_LINKS = 16  # links drawn as their own counter tracks, busiest first
@@ -49,27 +50,46 @@ def link_usage_table(result: RunResult) -> pd.DataFrame:
     }, columns=list(LINK_USAGE_COLUMNS))
 
 
-def link_counter_events(result: RunResult) -> list[dict[str, Any]]:
-    """The ``links`` process's metadata and counter events (module doc); none without link usage."""
-    table = link_usage_table(result)
-    if table.empty:
-        return []
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"name": "links"}},
-        {"ph": "M", "name": "process_sort_index", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"sort_index": -1}},
-    ]
+def kind_means(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per link kind, each bin's mean ``utilisation`` and ``flows`` over that kind's links with
+    traffic (a link idle in a bin counts 0), indexed by ``start_s``, with the bin's ``end_s``;
+    and the number of links the mean is over (``links``, the frame's attribute)."""
+    means = {}
     for kind, rows in table.groupby("kind", sort=True):
         links = rows["link"].nunique()
         per_bin = rows.groupby("start_s", sort=True).agg(end_s=("end_s", "max"), utilisation=("utilisation", "sum"),
                                                          flows=("flows", "sum"))
-        events += _counter(f"{kind} links (mean of {links})", per_bin.index.to_numpy(), per_bin["end_s"].to_numpy(),
-                           per_bin["utilisation"].to_numpy() / links, per_bin["flows"].to_numpy() / links)
-    busiest = table.groupby("link", sort=False)["bytes"].sum().sort_values(ascending=False, kind="stable")
-    for name in sorted(busiest.index[:TRACE_LINKS]):
+        per_bin[["utilisation", "flows"]] /= links
+        per_bin.attrs["links"] = links
+        means[str(kind)] = per_bin
+    return means
+
+
+def busiest_links(table: pd.DataFrame, count: int) -> list[str]:
+    """The ``count`` links that moved the most bytes, busiest first (ties in table order)."""
+    totals = table.groupby("link", sort=False)["bytes"].sum().sort_values(ascending=False, kind="stable")
+    return [str(name) for name in totals.index[:count]]
+
+
+def link_trace_events(result: RunResult) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(metadata, counter events) of the trace's ``links`` process (module doc); none without link usage."""
+    table = link_usage_table(result)
+    if table.empty:
+        return [], []
+    metadata = [
+        {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"name": "links"}},
+        {"ph": "M", "name": "process_sort_index", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"sort_index": -1}},
+    ]
+    counters: list[dict[str, Any]] = []
+    for kind, per_bin in kind_means(table).items():
+        counters += _counter(f"{kind} links (mean of {per_bin.attrs['links']})", per_bin.index.to_numpy(),
+                             per_bin["end_s"].to_numpy(), per_bin["utilisation"].to_numpy(),
+                             per_bin["flows"].to_numpy())
+    for name in sorted(busiest_links(table, TRACE_LINKS)):
         rows = table[table["link"] == name]
-        events += _counter(f"link {name}", rows["start_s"].to_numpy(), rows["end_s"].to_numpy(),
-                           rows["utilisation"].to_numpy(), rows["flows"].to_numpy())
-    return events
+        counters += _counter(f"link {name}", rows["start_s"].to_numpy(), rows["end_s"].to_numpy(),
+                             rows["utilisation"].to_numpy(), rows["flows"].to_numpy())
+    return metadata, counters
 
 
 def _counter(name: str, start_s: np.ndarray, end_s: np.ndarray, utilisation: np.ndarray,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .link_outputs import link_counter_events
+from .link_outputs import link_trace_events
 from .metrics import SPANS_COLUMNS, jsonable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -46,12 +46,11 @@ def chrome_trace(result: RunResult) -> dict[str, Any]:
     node_of = {r.rank: r.node for r in result.ranks}
     async_ranks = sorted({s.rank for s in result.recorder.spans if not s.blocking})
     events = _span_events(result, node_of) + _update_events(result, node_of) + _eval_events(result, node_of)
-    link_events = link_counter_events(result)
-    events += [e for e in link_events if e["ph"] != "M"]
+    link_metadata, link_counters = link_trace_events(result)
+    events += link_counters
     events.sort(key=lambda e: (e["ts"], e["pid"], e["tid"], e["name"]))
     return {
-        "traceEvents": _metadata_events(result, async_ranks, node_of) + [e for e in link_events if e["ph"] == "M"]
-        + events,
+        "traceEvents": _metadata_events(result, async_ranks, node_of) + link_metadata + events,
         "displayTimeUnit": "ms",
         "otherData": {
             "algorithm": result.algorithm,

@@ -269,13 +269,10 @@ class FlowNetwork(LoneFlows):
                 flow.remaining -= flow.rate_Bps * dt
         self._last_advance_s = now
 
-    def _note_usage_rates(self, rates: Sequence[float] = ()) -> None:
+    def _note_usage_rates(self, rates: Sequence[float]) -> None:
         """Tell the usage recorder every counting link's summed rate and flow count as just solved
         (``rates``: the active flows', in order)."""
         n = len(self._capacity)
-        if not self.active:
-            self.usage.rates_now(np.zeros(n), np.zeros(n), self.env.now)
-            return
         counted = [f.counted_indices for f in self.active]
         lengths = np.fromiter(map(len, counted), dtype=np.int64, count=len(counted))
         links = np.fromiter(chain.from_iterable(counted), dtype=np.int64, count=int(lengths.sum()))
@@ -286,7 +283,7 @@ class FlowNetwork(LoneFlows):
     def _resolve_and_schedule(self) -> None:
         if not self.active:
             if self.usage is not None:
-                self._note_usage_rates()
+                self.usage.close(self.env.now)  # nothing moves on any link now
             return
         self.solves += 1
         if self._weight_of is None:
