@@ -14,7 +14,8 @@ never overlap, so every span falls inside one step.
 
 Parts. A span's part comes from its kind and name (:data:`PART_OF_NAME`, then
 :data:`PART_OF_KIND`): forward/backward → ``forward_backward``; the CPU time a rank spends in
-sending (LogGP ``o``, span ``message overhead``) → ``comm_cpu``; data moving while the rank is
+sending (LogGP ``o``, span ``message overhead``; in a real run also converting a collective's
+tensor and posting it) → ``comm_cpu``; data moving while the rank is
 blocked on it → ``comm_wire``; blocked on peers → ``wait``; an algorithm's own busy work →
 ``update`` (averaging, applying, merging) or ``eval`` (its evaluations). Non-blocking
 communication overlaps other work and is not a part. Time no span covers is ``wait`` in a
@@ -34,16 +35,17 @@ import pandas as pd
 
 from .errors import InputError
 
-__all__ = ["PARTS", "HOST_PARTS", "LEDGER_COLUMNS", "part_of", "work_span_name", "ledger_table", "compare_ledgers"]
+__all__ = ["PARTS", "HOST_PARTS", "OVERHEAD_SPAN", "LEDGER_COLUMNS", "part_of", "work_span_name", "ledger_table", "compare_ledgers"]
 
 PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "unpack", "update", "eval",
          "checkpoint")
 LEDGER_COLUMNS = ("rank", "step", "start_s", "step_s", *PARTS)
 
+OVERHEAD_SPAN = "message overhead"  # a rank's own CPU time in a send or collective call: comm_cpu
 # span names with a part of their own (the runtimes' and algorithms' names)
 PART_OF_NAME = {
     "forward/backward": "forward_backward",
-    "message overhead": "comm_cpu",
+    OVERHEAD_SPAN: "comm_cpu",
     "data": "data", "pack": "pack", "unpack": "unpack", "checkpoint": "checkpoint",
 }
 PART_OF_KIND = {"comm": "comm_wire", "wait": "wait"}

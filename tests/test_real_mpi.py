@@ -17,7 +17,7 @@ from simdist.real.calibration import compute_cpu
 from simdist.real.launch import mpi_available, run_real
 from simdist.validation import validate
 from simdist.results import load_result_dir
-from simdist.tracefile import span_events
+from simdist.tracefile import ASYNC_TID_OFFSET, span_events
 
 pytestmark = pytest.mark.skipif(mpi_available() is not None, reason=f"no MPI here: {mpi_available()}")
 
@@ -59,6 +59,9 @@ def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
     assert len(same) == len(table)
     assert (same["measured_loss"] - same["predicted_loss"]).abs().max() < 1e-4
     assert summary["measured_mean_staleness"] == 0
+    # converting and posting each step's allreduce is the rank's CPU time in communication
+    ledger = pd.read_csv(tmp_path / "real" / "ledger.csv")
+    assert len(ledger) > 0 and (ledger["comm_cpu"] > 0).all()
     # the second real run: the same steps and losses (same math), its timing compared with the first's
     again = summary["real_again"]
     assert len(load_result_dir(tmp_path / "real-again").steps) == len(load_result_dir(tmp_path / "real").steps)
@@ -88,6 +91,12 @@ def test_asgd_two_ranks_real_vs_simulated(tmp_path):
     assert calibration["link"]["from"] == "pilot messages" and calibration["server_cpu_per_message_s"] > 0
     assert summary["measured_mean_staleness"] is not None and summary["predicted_mean_staleness"] is not None
     assert "real_again" not in summary and not (tmp_path / "real-again").exists()  # only when asked for
+    # every send call is the sender's CPU time in communication (comm_cpu) as well as a transit span
+    spans = span_events(tmp_path / "real")
+    sends = [(e["tid"] - ASYNC_TID_OFFSET, e["ts"], e["dur"]) for e in spans if e["name"] == "send"]
+    overheads = {(e["tid"], e["ts"], e["dur"]) for e in spans if e["name"] == "message overhead"}
+    assert sends and set(sends) <= overheads
+    assert (pd.read_csv(tmp_path / "real" / "ledger.csv").query("rank == 0")["comm_cpu"] > 0).all()
 
 
 def test_nnt_three_ranks_times_its_epoch_sync_evaluations_as_compute(tmp_path):

@@ -14,13 +14,17 @@ which turns each yielded request into MPI calls and records wall-clock spans int
   (:mod:`.wire`). A message carries its send time so a receive splits into ``wait`` (sender
   not there yet) and ``comm``; the receive's ``comm`` span records ``bytes``, ``src`` and
   ``sent_s``, and every send call is a non-blocking ``comm``/``send`` span (``bytes``,
-  ``dst``), so that a pilot run's messages can calibrate the link (:mod:`.pilot`);
+  ``dst``), so that a pilot run's messages can calibrate the link (:mod:`.pilot`). The call
+  itself (serialising, the copy into the attached buffer) is also a blocking ``message
+  overhead`` span: the sender's CPU time in communication, the ledger's ``comm_cpu``, as the
+  simulator's LogGP ``o_s``;
 * collectives run non-blocking (``Iallreduce``, ``Ibcast``, ``Iallgather``) on a
   communicator per group made with ``Create_group`` at the group's first collective; a tiny
   ``Iallreduce(MAX)`` of arrival times beside each one tells when the last member arrived
   (``wait`` before it, ``comm`` after). Once every member has arrived the data phase is one
   blocking ``Waitall``: it cannot deadlock then, and polling it from Python between sleeps
-  would stretch every protocol round trip by a sleep. While the rank computes with a
+  would stretch every protocol round trip by a sleep. Converting the tensor and posting the
+  operations is a ``message overhead`` span (``comm_cpu``) from the call to the posted request. While the rank computes with a
   non-blocking collective outstanding, a helper thread (:class:`~.progress.Progress`) tests it every
   millisecond, so that it overlaps the compute as the algorithm means it to (MPI moves it only
   inside MPI calls; a ring allreduce of a few steps is done well inside one forward/backward).
@@ -72,7 +76,7 @@ import numpy as np
 import torch
 
 from ..errors import SimulationError
-from ..ledger import work_span_name
+from ..ledger import OVERHEAD_SPAN, work_span_name
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
 from ..runtime.payloads import payload_nbytes
@@ -192,9 +196,12 @@ class MPIWorld:
         sent = self.now()
         nbytes = payload_nbytes(payload)
         request = self.comm.ibsend((pack(payload), sent, nbytes), dest=dst, tag=tag)
-        # the send call (packing, the copy into the buffer) is the sender's host work, not the message's transit
+        # the send call (packing, the copy into the buffer) is the sender's CPU time in communication (the
+        # ledger's comm_cpu, LogGP's o_s), not the message's transit, which the non-blocking span spans
         if record:
-            self.span("comm", "send", sent, self.now(), blocking=False, bytes=nbytes, dst=dst)
+            posted = self.now()
+            self.span("comm", OVERHEAD_SPAN, sent, posted)
+            self.span("comm", "send", sent, posted, blocking=False, bytes=nbytes, dst=dst)
         self._sends = [r for r in self._sends if not r.test()[0]]
         self._sends.append(request)
         return SendRequest(request, sent)
@@ -243,6 +250,8 @@ class MPIWorld:
             raise SimulationError(f"unknown collective {kind!r}")
         request = CollectiveRequest(kind, requests, latest, finish, (arrival, keep))
         request.blocking, request.issued_s = blocking, float(arrival[0])
+        # converting the tensor and posting the operations is this rank's CPU time in the collective
+        self.span("comm", OVERHEAD_SPAN, request.issued_s, self.now())
         request.span_args = {"bytes": int(payload_nbytes(tensor)) if isinstance(tensor, torch.Tensor) else 0,
                              "group_size": group.size, **({} if blocking else {"nonblocking": True})}
         self._collectives.append(request)  # buffers must outlive the operation, even one abandoned at a stop

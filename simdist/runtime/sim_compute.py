@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..ledger import work_span_name
+from ..ledger import OVERHEAD_SPAN, work_span_name
 from ..platform.network import FlowNetwork
 from ..platform.topology import Link, Platform
 from .payloads import computed
@@ -83,7 +83,7 @@ class ComputeExecution:
             return self._shared_compute(rank, replica, batch)
         owed = self._owed_cpu_s(rank)
         if owed > 0:  # the CPU finishes its sends' overhead first
-            self.recorder.span(rank, "comm", "message overhead", start, start + owed)
+            self.recorder.span(rank, "comm", OVERHEAD_SPAN, start, start + owed)
             start += owed
         epoch_end_s = self._epoch_end_work(rank, self._owed_epoch_end(rank, batch), start)
         start += epoch_end_s
@@ -226,7 +226,7 @@ class ComputeExecution:
         if self._cores is not None and duration_s > 0:
             return self._shared_busy(rank, duration_s, name, value)
         if owed > 0:  # the CPU finishes its sends' overhead first, as before a compute
-            self.recorder.span(rank, "comm", "message overhead", start, start + owed)
+            self.recorder.span(rank, "comm", OVERHEAD_SPAN, start, start + owed)
         self.recorder.span(rank, "compute", name, start + owed, start + duration_s)
         self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
         request = Request("busy", name, self.env.timeout(duration_s, value), start)
