@@ -12,6 +12,7 @@ from simdist.calibrate.compute_options import MIN_FIT_SIZES, SPREAD, spread_batc
 from simdist.calibrate.compute_profile import fit_report, misfit_ranges, plan_scenario
 from simdist.calibrate.provenance import sha256_file, verify_content
 from simdist.scenario import load_scenario
+from simdist.platform.op_costs import OPS
 from simdist.simulate import Simulation, simulate
 
 TINY_BUDGET = ["--repeats", "2", "--rounds", "1", "--warmup", "0"]
@@ -61,6 +62,11 @@ def test_scenario_profile_is_the_one_its_run_uses(tmp_path, capsys):
     assert document["scenario"]["batch_range"] == [64, 64]
     assert document["provenance"]["inputs"][0]["sha256"] == sha256_file(scenario_path)
     assert "--scenario" in document["provenance"]["generated_by"] and verify_content(out)
+    # the ops timed at the scenario's sizes: its parameter count, its optimizer, caches flushed
+    basis = document["ops_basis"]
+    assert basis["params"] == 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+    assert "optimizer step (sgd)" in basis["update"] and basis["caches"].startswith("flushed before each timed call")
+    assert set(document["ops"]) == set(OPS) and all(v > 0 for v in document["ops"].values())
 
     for batch in sizes:  # one residual row per measured batch size, then the verdict
         assert any(line.split()[:1] == [str(batch)] and line.endswith("%") for line in printed.splitlines())

@@ -57,6 +57,53 @@ def test_calibrate_compute_times_every_op():
     assert set(per_param) == set(OPS) and all(0 < s < 1e-6 for s in per_param.values())
 
 
+def test_an_op_can_be_timed_with_another_kernel_over_its_own_elements():
+    calls = []
+    per_param = measure_ops(params=1 << 10, budget_s=0.0, replace={"update": (lambda: calls.append(1), 500)})
+    assert len(calls) >= 3 + 5  # warmed up, then at least five timed calls
+    assert 0 < per_param["update"] < 1e-3 and set(per_param) == set(OPS)
+
+
+def test_cold_timing_flushes_the_caches_before_every_timed_call(monkeypatch):
+    import simdist.calibrate.op_profile as op_profile
+
+    monkeypatch.setattr(op_profile, "cache_flush_bytes", lambda: 4096)
+    order = []
+    real_median = op_profile._median_s
+
+    def spying(kernel, device, budget_s, flush=None):
+        assert flush is not None
+        return real_median(lambda: (order.append("kernel"), kernel()), device, budget_s,
+                           lambda: (order.append("flush"), flush()))
+
+    monkeypatch.setattr(op_profile, "_median_s", spying)
+    measure_ops(params=1 << 8, budget_s=0.0, cold=True)
+    assert order[3:5] == ["flush", "kernel"]  # after the first op's three warm-up calls
+    # every kernel call but each op's three warm-ups follows a flush
+    assert order.count("kernel") == order.count("flush") + 3 * len(OPS)
+    assert all(nxt == "kernel" for prev, nxt in zip(order, order[1:]) if prev == "flush")
+
+
+def test_ops_need_at_least_one_gathered_row():
+    with pytest.raises(ValueError, match="at least 64 parameters"):
+        measure_ops(params=10, budget_s=0.0)
+
+
+@pytest.mark.parametrize("sizes, expected", [
+    ({"index0": "32K", "index2": "1024K", "index3": "32768K"}, 64 << 20),  # twice the largest
+    ({}, 64 << 20),  # the OS reports none
+    ({"index3": "2G"}, 1 << 30),  # capped
+    ({"index0": "garbage", "index1": "512K"}, 1 << 20),  # unreadable entries skipped
+])
+def test_the_cache_flush_writes_twice_the_largest_cache(tmp_path, sizes, expected):
+    from simdist.calibrate.op_profile import cache_flush_bytes
+
+    for entry, size in sizes.items():
+        (tmp_path / entry).mkdir()
+        (tmp_path / entry / "size").write_text(size + "\n")
+    assert cache_flush_bytes(str(tmp_path)) == expected
+
+
 def test_bytes_per_parameter_follow_what_each_op_reads_and_writes():
     assert [bytes_per_param(op) for op in ("update", "compensate", "copy")] == [12, 16, 8]
     assert bytes_per_param("average", buffers=3) == 16

@@ -73,7 +73,7 @@ from ..training.workload import Workload, build_workload
 from .compute_checks import allocator_setting, check_slope, checked_options
 from .compute_options import DEFAULT_BATCH_SIZES, STATISTICS, ZOO, add_arguments
 from .compute_scenario import ScenarioTarget, plan_scenario, scenario_block
-from .op_profile import measure_ops
+from .op_profile import measure_ops, measure_scenario_ops
 from .profile_file import (cpu_model_name, describe_workload, profile_document, profile_key,
                            write_profile)
 from .profile_fit import fit_linear, fit_report, misfit_ranges, report_lines
@@ -259,9 +259,10 @@ def _run_scenario(args: argparse.Namespace, command: str, device: str, batch_siz
     profiles = measure_scenario(target, args.repeats, args.warmup, args.threads, device, args.rounds, args.statistic)
     if require_slope:
         check_slope(profiles, target.batch_sizes)
+    ops, ops_basis = measure_scenario_ops(target.workload, target.scenario.workload.batch_size, device, place=_place)
     document = profile_document(profiles, args.threads, target.profile_device, torch_device=device, command=command,
                                 allocator=allocator, scenario=scenario_block(target), inputs=[target.path],
-                                ops=measure_ops(device=device, place=_place))
+                                ops=ops, ops_basis=ops_basis)
     write_profile(out, document, command)
     return out, document
 

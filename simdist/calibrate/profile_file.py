@@ -82,11 +82,12 @@ _KEY_ORDER = ("t0_s", "t1_s", "forward_flops_per_sample", "r2", "max_relative_er
 def profile_document(profiles: dict[str, dict], threads: int, device: str = "host-cpu", *,
                      torch_device: str = "cpu", command: str | None = None, allocator: str | None = None,
                      scenario: dict | None = None, inputs: Sequence[str | os.PathLike] = (),
-                     ops: dict[str, float] | None = None) -> dict:
+                     ops: dict[str, float] | None = None, ops_basis: dict | None = None) -> dict:
     """The profile file's content (a plain dict, keys in file order); ``scenario`` says which
     scenario's model it holds, ``inputs`` are the files it was made from (hashed in provenance),
     ``ops`` the measured seconds per parameter of the algorithms' elementwise work
-    (:mod:`simdist.calibrate.op_profile`)."""
+    (:mod:`simdist.calibrate.op_profile`), ``ops_basis`` how they were timed when not on the
+    default vectors (a scenario's sizes)."""
     timer = next((p.get("timer") for p in profiles.values() if p.get("timer")), TIMERS[torch_device][0])
     versions = library_versions()
     if torch_device == "cuda":
@@ -104,6 +105,7 @@ def profile_document(profiles: dict[str, dict], threads: int, device: str = "hos
         "models": {name: {key: profile[key] for key in _KEY_ORDER if key in profile}
                    for name, profile in profiles.items()},
         **({"ops": {op: float(f"{s:.4g}") for op, s in ops.items()}} if ops else {}),
+        **({"ops_basis": ops_basis} if ops and ops_basis else {}),
     }
     if command is not None:
         document["provenance"] = _provenance(document, command, inputs)
