@@ -258,3 +258,28 @@ def test_send_overhead_before_busy_work_is_shown_as_message_overhead():
     spans = [(s.name, s.start_s, s.end_s) for s in world.recorder.spans if s.rank == 0]
     assert spans == [("message overhead", 0.0, pytest.approx(5e-6)), ("apply", pytest.approx(5e-6),
                                                                       pytest.approx(1e-3 + 5e-6))]
+
+
+@pytest.mark.parametrize("cores", [None, 2])
+def test_send_overhead_on_shared_cores_is_its_own_span_before_busy_work_and_compute(cores):
+    """With or without a shared core pool, the sends' CPU time is a ``message overhead`` span
+    (the ledger's comm_cpu) ahead of the work it delays, never folded into that work's span."""
+    node = {"devices": 2, **({"cores": cores} if cores else {})}
+    world = build_world(2, platform=build_platform("laptop-cpu", node=node,
+                                                   messages={"send_overhead": "5us", "source": "hand-made"}))
+
+    def sender(rt):
+        rt.send(1, PhantomTensor(1))
+        yield rt.busy(1e-3, "apply")
+        rt.send(1, PhantomTensor(1))
+        rt.send(1, PhantomTensor(1))
+        yield rt.compute(None, _Batch())
+
+    world.spawn(0, sender(world.runtime(0)))
+    world.spawn(1, (lambda rt: (yield from (rt.recv(0) for _ in range(3))))(world.runtime(1)))
+    world.env.run()
+    spans = [(s.kind, s.name, s.end_s - s.start_s) for s in world.recorder.spans if s.rank == 0]
+    assert [(kind, name) for kind, name, _ in spans] == [
+        ("comm", "message overhead"), ("compute", "apply"), ("comm", "message overhead"),
+        ("compute", "forward/backward")]
+    assert [d for _, _, d in spans][:3] == [pytest.approx(5e-6), pytest.approx(1e-3), pytest.approx(10e-6)]

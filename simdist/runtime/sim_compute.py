@@ -113,10 +113,12 @@ class ComputeExecution:
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
         cpus = self.platform.devices[rank].cpus or 1.0
-        work = self.compute_model.work_core_s(rank, batch_size, start) + self._owed_cpu_s(rank) * cpus
+        work = self.compute_model.work_core_s(rank, batch_size, start)
         rate = self._enter_pool(rank)
-        stages = [(self.epoch_end.span_name(task), self.epoch_end.seconds(rank, task) * cpus)
-                  for task in self._owed_epoch_end(rank, batch)]
+        owed = self._owed_cpu_s(rank)  # the CPU finishes its sends' overhead first
+        stages = [(OVERHEAD_SPAN, owed * cpus)] if owed > 0 else []
+        stages += [(self.epoch_end.span_name(task), self.epoch_end.seconds(rank, task) * cpus)
+                   for task in self._owed_epoch_end(rank, batch)]
         load_core_s, wait_s = self._batch_cost(rank, batch, start)
         if load_core_s > 0:
             stages.append(("data", load_core_s))
@@ -154,7 +156,7 @@ class ComputeExecution:
 
     def _stages_on_cores(self, rank: int, stages: list[tuple[str, float]], then: Callable[[], None]) -> None:
         """Work ``stages`` (span name, core-seconds) one after another on the rank's shared cores, each
-        recorded as a compute span; ``then()`` after the last."""
+        recorded as a compute span (the sends' overhead as a comm span); ``then()`` after the last."""
         if not stages:
             then()
             return
@@ -162,7 +164,7 @@ class ComputeExecution:
         begin = self.env.now
 
         def done() -> None:
-            self.recorder.span(rank, "compute", name, begin, self.env.now)
+            self.recorder.span(rank, "comm" if name == OVERHEAD_SPAN else "compute", name, begin, self.env.now)
             self._stages_on_cores(rank, rest, then)
 
         self._work_on_cores(rank, core_s, done)
@@ -222,9 +224,9 @@ class ComputeExecution:
         if run is not None:
             value = computed(run, inputs, lazy)
         start, owed = self.env.now, self._owed_cpu_s(rank)
+        if self._cores is not None and max(0.0, float(duration_s)) + owed > 0:
+            return self._shared_busy(rank, max(0.0, float(duration_s)), name, value, owed)
         duration_s = max(0.0, float(duration_s)) + owed
-        if self._cores is not None and duration_s > 0:
-            return self._shared_busy(rank, duration_s, name, value)
         if owed > 0:  # the CPU finishes its sends' overhead first, as before a compute
             self.recorder.span(rank, "comm", OVERHEAD_SPAN, start, start + owed)
         self.recorder.span(rank, "compute", name, start + owed, start + duration_s)
@@ -244,20 +246,22 @@ class ComputeExecution:
         value = run() if run is not None else None
         return self.busy(rank, self.compute_model.forward_s(rank, int(samples)), name, value)
 
-    def _shared_busy(self, rank: int, duration_s: float, name: str, value: Any = None) -> Request:
-        """Busy work on the rank's shared cores; its duration emerges from the sharing."""
+    def _shared_busy(self, rank: int, duration_s: float, name: str, value: Any = None, owed_s: float = 0.0) -> Request:
+        """Busy work on the rank's shared cores, after ``owed_s`` of its sends' overhead; its duration
+        emerges from the sharing."""
         env, start, device = self.env, self.env.now, self.platform.devices[rank]
         request = Request("busy", name, env.event(), start)
         if self.on_call is not None:
             self.on_call.computing(rank, request.event)
         self._enter_pool(rank)
-        self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
+        self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + owed_s + duration_s)
+        cpus = device.cpus or 1.0
 
         def finish() -> None:
             self._leave_pool(rank)
             self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
-            self.recorder.span(rank, "compute", name, start, env.now)
             request.event.succeed(value)
 
-        self._work_on_cores(rank, duration_s * (device.cpus or 1.0), finish)
+        stages = ([(OVERHEAD_SPAN, owed_s * cpus)] if owed_s > 0 else []) + [(name, duration_s * cpus)]
+        self._stages_on_cores(rank, stages, finish)
         return request
