@@ -20,7 +20,12 @@ microbenchmarks. This table calibrates the simulation from those alone:
 * **compute**, per point, before its real run: ``simdist calibrate compute --scenario S.yaml``
   in a process of its own, which times exactly the point's model, dataset shape and optimizer
   at the batch sizes its algorithm runs (``OUT/<point>/profile.yaml``; the scenario it times is
-  ``OUT/<point>/scenario.yaml``).
+  ``OUT/<point>/scenario.yaml``);
+* **compute noise**, with ``--compute-noise``: ``simdist calibrate noise OUT/<point>/profile.yaml``
+  fits ``compute.noise`` (``rank_sigma``, ``correlation``) to the timed steps of that same
+  microbenchmark, in the order they ran (``OUT/<point>/noise.yaml``), and the simulation draws
+  each rank's steps from it: the host's step-to-step noise as seen alone on the machine, a lower
+  bound on a run's, which is what makes synchronous ranks wait for each other in the simulation.
 
 Each point is then ``simdist validate`` with ``--profile`` = that profile and
 ``--network-overlay`` = that overlay: given a profile, validate launches no pilot and times
@@ -90,7 +95,8 @@ COLUMNS = (["algorithm", "ranks", "model", "iterations", "median_pct", "p90_pct"
            + [f"{part}_{what}" for part in PARTS for what in ("real_ms", "sim_ms", "pct", "contrib_pct")]
            + ["within_target", "ledger_parts_checked", "ledger_parts_within", "ledger_worst_part", "ledger_within_target",
               "profile_fb_ms", "real_fb_cpu_ms", "real_fb_cpu_slowest_ms", "fb_level_pct",
-              "real_wall_over_cpu", "other_load_calibrate", "other_load_run", "steal", "attempts", "dir"])
+              "real_wall_over_cpu", "noise_rank_sigma", "noise_correlation", "other_load_calibrate", "other_load_run",
+              "steal", "attempts", "dir"])
 BATCH_SIZE = 2048  # per worker, validation_table's standard workload
 BUSY_CORES = 0.1  # other processes' CPU above which a calibration or run is not this machine's (validation_table)
 
@@ -136,6 +142,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--network-path", choices=("runtime", "mpi"), default="runtime",
                         help="calibrate network --path: runtime (default), simdist's MPI runtime, which the real "
                              "runs use; mpi, the MPI library's own calls")
+    parser.add_argument("--compute-noise", action="store_true",
+                        help="simulate with compute.noise fitted by simdist calibrate noise to the compute "
+                             "microbenchmark's own timed steps")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
                         help="before each calibration and run wait (at most S seconds) until other processes use "
                              "< 0.1 core")
@@ -375,6 +384,14 @@ def calibrate_network(ranks: int, out: Path, budget_s: float, path_timed: str = 
     return path
 
 
+def noise_override(profile: Path, out: Path) -> str:
+    """``compute.noise=...`` as ``simdist calibrate noise`` fits it to ``profile``'s timed steps (written to ``out``)."""
+    _simdist("calibrate", "noise", str(profile), "--out", str(out), timeout_s=120)
+    noise = yaml.safe_load(out.read_text(encoding="utf-8"))["compute"]["noise"]
+    flow = yaml.safe_dump(noise, default_flow_style=True, width=float("inf"), sort_keys=False).strip()
+    return f"compute.noise={flow}"
+
+
 def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> dict[str, Any]:
     """Calibrate compute for the point, validate it with that profile and overlay, return its row."""
     from simdist.real.describe import HostLoad
@@ -390,6 +407,8 @@ def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> di
         _simdist("calibrate", "compute", "--scenario", str(scenario), "--out", str(profile),
                  "--repeats", str(args.compute_repeats), "--rounds", str(args.compute_rounds), "--warmup", "2",
                  timeout_s=600)
+    if getattr(args, "compute_noise", False):
+        sets = [*sets, noise_override(profile, here / "noise.yaml")]
     if args.wait_idle:
         wait_idle(args.wait_idle)
     validate(SCENARIO, p["ranks"], here / "validate", overrides=sets, affinity="auto", overlay=overlay,
@@ -408,6 +427,9 @@ def score(p: dict, here: Path) -> dict[str, Any]:
     ledger = here / "validate" / "validation_ledger.csv"
     if ledger.is_file():
         row.update(ledger_target(pd.read_csv(ledger)))
+    if (here / "noise.yaml").is_file():  # simulated with the compute microbenchmark's own noise (--compute-noise)
+        fitted = yaml.safe_load((here / "noise.yaml").read_text(encoding="utf-8"))["compute"]["noise"]
+        row.update(noise_rank_sigma=fitted.get("rank_sigma"), noise_correlation=fitted.get("correlation"))
     row.update(algorithm=p["algorithm"], ranks=p["ranks"], model=model_label(p["widths"]),
                total_pct=summary.get("total_time_error_pct"), other_load_calibrate=saved.get("other_load_calibrate"),
                other_load_run=other_load(summary), steal=summary.get("host_steal_cores"),

@@ -198,3 +198,57 @@ def test_bad_overlay_values_are_refused_naming_file_and_field(tmp_path, noise, f
     with pytest.raises(InputError) as info:
         load_scenario(tmp_path / "s.yaml")
     assert str(info.value).startswith(f"{tmp_path / 's.yaml'}: {field}:")
+
+
+# -- a compute profile's timed steps ---------------------------------------------------------
+
+def write_profile(path, batches, seconds, models=("mlp",)) -> str:
+    """A compute profile whose models carry ``timed_steps`` (as calibrate compute writes them)."""
+    entry = {"t0_s": 1e-3, "t1_s": 1e-5, "timed_steps": {"batch": list(batches), "seconds": list(seconds)}}
+    path.write_text(yaml.safe_dump({"device": "host-cpu", "models": {m: dict(entry) for m in models}}))
+    return str(path)
+
+
+def test_a_compute_profiles_timed_steps_fit_the_hosts_rank_noise(tmp_path):
+    # steps timed round-robin over two batch sizes, one twice as long: each is centred on its own size
+    rng = np.random.default_rng(5)
+    batches = np.tile(np.repeat([64, 128], 4), 64)
+    seconds = np.where(batches == 64, 0.01, 0.02) * np.exp(rng.normal(0.0, 0.05, len(batches)))
+    times = read_step_times([write_profile(tmp_path / "p.yaml", batches.tolist(), seconds.tolist())])
+    assert times.format == "compute-profile" and times.times_s.shape == (1, len(batches))
+    assert list(times.batches[0]) == batches.tolist()
+    fit = NoiseFit().fit(times)
+    assert fit.rank_sigma_ == pytest.approx(0.05, rel=0.1) and fit.node_sigma_ == 0.0  # 512 draws: SE ~3 %
+    assert fit.correlation_ < 0.1
+
+
+def test_a_profile_measured_by_calibrate_compute_feeds_calibrate_noise(tmp_path, capsys):
+    from test_calibrate_compute_scenario import TINY_BUDGET, write_scenario
+
+    profile = tmp_path / "prof.yaml"
+    assert main(["calibrate", "compute", "--scenario", write_scenario(tmp_path), *TINY_BUDGET,
+                 "--out", str(profile)]) == 0
+    timed = yaml.safe_load(profile.read_text())["models"]["mlp"]["timed_steps"]
+    entry = yaml.safe_load(profile.read_text())["models"]["mlp"]
+    assert len(timed["seconds"]) == sum(entry["samples"]) and sorted(set(timed["batch"])) == entry["batch_sizes"]
+    out = tmp_path / "noise.yaml"
+    assert main(["calibrate", "noise", str(profile), "--out", str(out)]) == 0
+    noise = yaml.safe_load(out.read_text())["compute"]["noise"]
+    assert noise["rank_sigma"] >= 0 and noise["node_sigma"] == 0 and sha256_file(profile) in noise["source"]
+
+
+@pytest.mark.parametrize("models, timed, phrase", [
+    (("mlp", "cnn"), None, "models: holds 2 models with timed_steps (cnn, mlp)"),
+    (("mlp",), {"batch": [1, 2], "seconds": [0.1]}, "models.mlp.timed_steps: must hold the lists batch and seconds"),
+    (("mlp",), {"batch": [64] * 9, "seconds": [0.1] * 8 + [-1]}, "models.mlp.timed_steps.seconds[8]: must be "
+                                                                   "greater than zero"),
+])
+def test_a_bad_compute_profile_is_one_line_naming_file_and_field(tmp_path, capsys, models, timed, phrase):
+    path = write_profile(tmp_path / "p.yaml", [64] * 9, [0.1] * 9, models)
+    if timed is not None:
+        document = yaml.safe_load(open(path))
+        document["models"]["mlp"]["timed_steps"] = timed
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
+    assert main(["calibrate", "noise", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and phrase in err and path in err

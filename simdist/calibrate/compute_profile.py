@@ -166,11 +166,14 @@ def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int
         rounds = max(1, min(rounds, repeats))
         per_round = math.ceil(repeats / rounds)
         samples: list[list[float]] = [[] for _ in steps]
+        in_order: list[tuple[int, float]] = []  # (batch, seconds) of every timed step, as timed
         for _ in range(rounds):
             for i, step in enumerate(steps):
                 for _ in range(min(warmup, 2)):
                     step()
-                samples[i] += timer(step, per_round)
+                timed = timer(step, per_round)
+                samples[i] += timed
+                in_order += [(int(batch_sizes[i]), float(t)) for t in timed]
     finally:
         torch.set_num_threads(previous)
     medians = [float(np.median(s)) for s in samples]
@@ -186,6 +189,8 @@ def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int
         "iqr_s": [hi - lo for lo, hi in zip(q25, q75)], "samples": [len(s) for s in samples],
         "residuals_s": fit["residuals_s"], "relative_errors": fit["relative_errors"], "threads": threads,
         "device": device, "timer": timer_name,
+        # every timed step in the order it ran: what ``simdist calibrate noise`` fits the host's step-to-step noise to
+        "timed_steps": {"batch": [b for b, _ in in_order], "seconds": [float(f"{t:.6g}") for _, t in in_order]},
     }
 
 

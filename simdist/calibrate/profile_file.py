@@ -76,7 +76,7 @@ def _description(device: str, threads: int) -> str:
 
 _KEY_ORDER = ("t0_s", "t1_s", "forward_flops_per_sample", "r2", "max_relative_error", "statistic", "dataset",
               "options", "dataset_options", "input_shape", "dtype", "optimizer", "batch_sizes", "median_s", "p25_s",
-              "iqr_s", "samples", "statistic_s", "residuals_s", "relative_errors", "workload_sha256")
+              "iqr_s", "samples", "statistic_s", "residuals_s", "relative_errors", "workload_sha256", "timed_steps")
 
 
 def profile_document(profiles: dict[str, dict], threads: int, device: str = "host-cpu", *,

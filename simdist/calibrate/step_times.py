@@ -10,7 +10,10 @@ tells them apart):
   from the run's start); this includes communication and waiting;
 * PyTorch profiler traces, one file per rank — device compute time per ``ProfilerStep``
   (:mod:`.torch_trace`), the rank and world size from ``distributedInfo``;
-* a CSV with header ``rank,step,time_s`` and optionally ``node`` (any labels), any order.
+* a CSV with header ``rank,step,time_s`` and optionally ``node`` (any labels), any order;
+* a compute profile written by ``simdist calibrate compute`` (its model's ``timed_steps``: every
+  timed training step in the order it ran, one rank, batch sizes varying round-robin): the
+  host's own step-to-step noise, measured by the microbenchmark without running any job.
 
 The result is complete or refused: a non-positive or non-finite time, a rank missing between
 the lowest and highest (or below a profiler trace's world size), a rank without a step another
@@ -34,7 +37,7 @@ from .parsed import shorten
 
 __all__ = ["NOISE_FORMATS", "MIN_STEPS", "StepTimes", "read_step_times"]
 
-NOISE_FORMATS = ("simdist-trace", "simdist-steps", "torch-profiler", "csv")
+NOISE_FORMATS = ("simdist-trace", "simdist-steps", "torch-profiler", "csv", "compute-profile")
 MIN_STEPS = 8
 _CSV_COLUMNS = ("rank", "step", "time_s")
 
@@ -182,6 +185,36 @@ def _rows_csv(path: str, text: str) -> tuple[list[tuple], str]:
     return out, "CSV of seconds per rank and step"
 
 
+def _rows_compute_profile(path: str, text: str) -> tuple[list[tuple], str]:
+    import yaml
+
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"not a YAML compute profile ({shorten(str(exc))})", source=path) from None
+    models = document.get("models") if isinstance(document, dict) else None
+    timed = {name: m["timed_steps"] for name, m in (models or {}).items() if isinstance(m, dict) and "timed_steps" in m}
+    if len(timed) != 1:
+        found = f"{len(timed)} models with timed_steps" + (f" ({', '.join(sorted(timed))})" if timed else "")
+        raise InputError(f"holds {found}; fit one model's steps: a profile of calibrate compute --scenario holds "
+                         "one (a profile from before timed steps were recorded holds none: measure it again)",
+                         source=path, field="models")
+    (name, steps), = timed.items()
+    where = f"models.{name}.timed_steps"
+    if not isinstance(steps, dict) or not isinstance(steps.get("batch"), list) or \
+            not isinstance(steps.get("seconds"), list) or len(steps["batch"]) != len(steps["seconds"]):
+        raise InputError("must hold the lists batch and seconds, of the same length", source=path, field=where)
+    out = [(0, k, _number(t, path, f"{where}.seconds[{k}]"), np.nan,
+            float(_integer(b, path, f"{where}.batch[{k}]")))
+           for k, (b, t) in enumerate(zip(steps["batch"], steps["seconds"]))]
+    return out, (f"compute profile ({document.get('device', '?')}, model {name}): the microbenchmark's timed "
+                 "steps in the order they ran")
+
+
+def _looks_like_compute_profile(text: str) -> bool:
+    return "\nmodels:" in f"\n{text}" and "timed_steps:" in text
+
+
 def _detect(path: str, kind: str, content: Any) -> str:
     from .simdist_trace import looks_like_simdist_trace, looks_like_steps_csv
     from .torch_trace import looks_like_torch_trace
@@ -193,12 +226,15 @@ def _detect(path: str, kind: str, content: Any) -> str:
             return "torch-profiler"
     elif looks_like_steps_csv(content):
         return "simdist-steps"
+    elif _looks_like_compute_profile(content):
+        return "compute-profile"
     else:
         first = next((line for line in content.splitlines() if line.strip()), "")
         if {c.strip() for c in first.split(",")} >= {"rank", "step"}:
             return "csv"  # its header is checked column by column
     raise InputError("not a file of per-step times; expected a simdist trace.json or steps.csv, a PyTorch "
-                     "profiler trace, or a CSV with header rank,step,time_s[,node]", source=path)
+                     "profiler trace, a CSV with header rank,step,time_s[,node], or a compute profile with "
+                     "timed_steps", source=path)
 
 
 def _read_file(path: str, fmt: str) -> tuple[pd.DataFrame, str, str, int | None, int | None]:
@@ -216,6 +252,8 @@ def _read_file(path: str, fmt: str) -> tuple[pd.DataFrame, str, str, int | None,
         rows, description, meta = _rows_torch(path, content)
     elif name == "simdist-steps":
         rows, description = _rows_steps_csv(path, content)
+    elif name == "compute-profile":
+        rows, description = _rows_compute_profile(path, content)
     else:
         rows, description = _rows_csv(path, content)
     table = pd.DataFrame(rows, columns=["rank", "step", "time_s", "node", "batch"])
