@@ -196,12 +196,18 @@ def sync_table(args: argparse.Namespace) -> None:
             reference, _ = steady_ms(gpus, 20, 2, lockstep=False)
             line += f"  {reference:15.3f} ms  {ms / reference:6.3f}"
         print(line)
-    exponent = float(np.polyfit(np.log(GPUS), np.log(costs), 1)[0])
     at_1024 = costs[-1]
     print(f"  at 1,024 GPUs: {at_1024:.3f} ms per iteration  (target <= {TARGET_MS_AT_1024} ms)  "
           f"{'MET' if at_1024 <= TARGET_MS_AT_1024 else 'NOT MET'}")
+    if min(costs) <= 0:
+        print(f"  fitted exponent: none ({NO_EXPONENT})")
+        return
+    exponent = float(np.polyfit(np.log(GPUS), np.log(costs), 1)[0])
     print(f"  fitted exponent of cost vs GPUs: {exponent:.3f}  (target <= {TARGET_EXPONENT})  "
           f"{'MET' if exponent <= TARGET_EXPONENT else 'NOT MET'}")
+
+
+NO_EXPONENT = "a point's steady cost came out <= 0: too few measured steps to rise above the run-to-run spread"
 
 
 def _verdict(value: float, target: float) -> str:
@@ -236,8 +242,7 @@ def algorithm_summary(algorithm: str, gpus_list: list[int], points: list[Point])
             (cost, TARGET_MS_AT_1024, "ms per iteration")
         print(f"  at 1,024 GPUs: {value:.3f} {unit}  (target <= {target})  {_verdict(value, target)}")
     if len(gpus_list) >= 2 and min(p.ms for p in points) <= 0:
-        print("  fitted exponent: none (a point's steady cost came out <= 0: too few measured steps to rise "
-              "above the run-to-run spread; use more --algorithm-steps)")
+        print(f"  fitted exponent: none ({NO_EXPONENT}; use more --algorithm-steps)")
     elif len(gpus_list) >= 2:
         costs = [p.ms for p in points]
         exponent = float(np.polyfit(np.log(gpus_list), np.log(costs), 1)[0])
