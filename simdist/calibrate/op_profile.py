@@ -115,6 +115,16 @@ def cache_flush_bytes(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> 
     return min(2 * max(sizes), 1 << 30) if sizes else 64 << 20
 
 
+def _flush_bytes_on(device: str) -> int:
+    """Bytes to write to evict a buffer on ``device``: the CPU's (:func:`cache_flush_bytes`), and
+    on a GPU at least twice its L2 cache."""
+    flush = cache_flush_bytes()
+    if device.startswith("cuda"):
+        l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or 0
+        flush = max(flush, 2 * int(l2))
+    return flush
+
+
 def _median_s(kernel: Callable[[], None], device: str, budget_s: float,
               flush: Callable[[], None] | None = None) -> float:
     """Median seconds of ``kernel`` (``flush``, untimed, before each timed call)."""
@@ -148,7 +158,7 @@ def measure_ops(params: int = DEFAULT_OP_PARAMS, device: str = "cpu", budget_s: 
     kernels.update(replace or {})
     flush = None
     if cold:
-        scratch = place(torch.empty(cache_flush_bytes(), dtype=torch.uint8), device)
+        scratch = place(torch.empty(_flush_bytes_on(device), dtype=torch.uint8), device)
         flush = lambda: scratch.fill_(1)  # noqa: E731
     per_param = {op: _median_s(kernel, device, budget_s, flush) / elements
                  for op, (kernel, elements) in kernels.items()}
@@ -163,7 +173,7 @@ def measure_scenario_ops(workload: Any, batch_size: int, device: str = "cpu", bu
     weights = place(workload.initial_params().detach().clone().float(), device)
     replica, grad = Replica(weights, workload.optimizer), place(torch.randn(params) * 1e-3, device)
     replace = {"update": (lambda: replica.apply_gradient(grad), params)}
-    basis = {"params": params, "caches": f"flushed before each timed call ({cache_flush_bytes() >> 20} MiB written)",
+    basis = {"params": params, "caches": f"flushed before each timed call ({_flush_bytes_on(device) >> 20} MiB written)",
              "update": f"the scenario's optimizer step ({workload.optimizer_config.name}) on the flat parameter vector"}
     fetch = _batch_fetch(workload, batch_size)
     if fetch is not None:
