@@ -64,24 +64,30 @@ def test_an_op_can_be_timed_with_another_kernel_over_its_own_elements():
     assert 0 < per_param["update"] < 1e-3 and set(per_param) == set(OPS)
 
 
-def test_cold_timing_flushes_the_caches_before_every_timed_call(monkeypatch):
-    import simdist.calibrate.op_profile as op_profile
-
-    monkeypatch.setattr(op_profile, "cache_flush_bytes", lambda: 4096)
+def test_what_runs_between_timed_calls_runs_before_every_one_untimed():
     order = []
-    real_median = op_profile._median_s
+    measure_ops(params=1 << 8, budget_s=0.0, replace={"update": (lambda: order.append("kernel"), 1 << 8)},
+                between=lambda: order.append("between"))
+    kernels = [i for i, o in enumerate(order) if o == "kernel"]  # only the replaced op's kernel records
+    assert kernels[:3] == [0, 1, 2]  # three warm-ups back to back, first
+    assert all(order[i - 1] == "between" for i in kernels[3:])  # every timed call right after it
+    assert len(kernels) - 3 >= 5
 
-    def spying(kernel, device, budget_s, flush=None):
-        assert flush is not None
-        return real_median(lambda: (order.append("kernel"), kernel()), device, budget_s,
-                           lambda: (order.append("flush"), flush()))
 
-    monkeypatch.setattr(op_profile, "_median_s", spying)
-    measure_ops(params=1 << 8, budget_s=0.0, cold=True)
-    assert order[3:5] == ["flush", "kernel"]  # after the first op's three warm-up calls
-    # every kernel call but each op's three warm-ups follows a flush
-    assert order.count("kernel") == order.count("flush") + 3 * len(OPS)
-    assert all(nxt == "kernel" for prev, nxt in zip(order, order[1:]) if prev == "flush")
+def test_scenario_ops_say_what_ran_before_each_timed_call():
+    from simdist.calibrate.op_profile import measure_scenario_ops
+    from simdist.training.optim import OptimizerConfig
+    from simdist.training.workload import build_workload
+
+    workload = build_workload("mlp", {"hidden": [32]}, "synthetic", {"samples": 200, "features": 16}, OptimizerConfig(),
+                              0)
+    steps = []
+    ops, basis = measure_scenario_ops(workload, 8, budget_s=0.0, between=(lambda: steps.append(1), "a step"))
+    assert set(ops) == set(OPS) and all(v > 0 for v in ops.values()) and steps
+    assert basis["before each timed call"] == "a step" and basis["params"] == workload.param_count
+    assert "batch fetch at batch 8" in basis["gather"]
+    _, flushed = measure_scenario_ops(workload, 8, budget_s=0.0)
+    assert flushed["before each timed call"].startswith("a cache flush")
 
 
 def test_ops_need_at_least_one_gathered_row():

@@ -53,6 +53,7 @@ scenario's model (:mod:`.compute_scenario`) and the checks of the arguments
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import re
@@ -60,7 +61,7 @@ import statistics
 import sys
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -144,6 +145,17 @@ def time_step(workload: Workload, batch_size: int, repeats: int = 30, warmup: in
 
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` inside the block, restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int = 100, warmup: int = 5,
                     threads: int = 1, device: str = "cpu", rounds: int = 10, statistic: str = "median") -> dict:
     """Time ``workload``'s step at each batch size and fit ``t0 + t1 * batch`` (see module doc).
@@ -156,9 +168,7 @@ def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     device = resolve_device(device)
     timer_name, timer = TIMERS[device]
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         steps = [_stepper(workload, int(b), device) for b in batch_sizes]
         for step in steps:
             for _ in range(warmup):
@@ -174,8 +184,6 @@ def measure_profile(workload: Workload, batch_sizes: Sequence[int], repeats: int
                 timed = timer(step, per_round)
                 samples[i] += timed
                 in_order += [(int(batch_sizes[i]), float(t)) for t in timed]
-    finally:
-        torch.set_num_threads(previous)
     medians = [float(np.median(s)) for s in samples]
     q25, q75 = [float(np.percentile(s, 25)) for s in samples], [float(np.percentile(s, 75)) for s in samples]
     fitted = [float(np.percentile(s, STATISTICS[statistic])) for s in samples]
@@ -245,8 +253,10 @@ def run(args: argparse.Namespace, command: str, require_slope: bool = True) -> t
         check_slope(profiles, batch_sizes)
     key = profile_key(device)
     out = Path(args.out) if args.out else Path("calibration") / "profiles" / f"{key}.yaml"
+    with torch_threads(args.threads):
+        ops = measure_ops(device=device, place=_place)
     document = profile_document(profiles, args.threads, key, torch_device=device, command=command,
-                                allocator=allocator, ops=measure_ops(device=device, place=_place))
+                                allocator=allocator, ops=ops)
     write_profile(out, document, command)
     return out, document
 
@@ -264,7 +274,10 @@ def _run_scenario(args: argparse.Namespace, command: str, device: str, batch_siz
     profiles = measure_scenario(target, args.repeats, args.warmup, args.threads, device, args.rounds, args.statistic)
     if require_slope:
         check_slope(profiles, target.batch_sizes)
-    ops, ops_basis = measure_scenario_ops(target.workload, target.scenario.workload.batch_size, device, place=_place)
+    batch = target.scenario.workload.batch_size
+    step = (_stepper(target.workload, batch, device), f"a training step of the scenario's model at batch {batch}")
+    with torch_threads(args.threads):  # the profile's threads, as its steps were timed
+        ops, ops_basis = measure_scenario_ops(target.workload, batch, device, place=_place, between=step)
     document = profile_document(profiles, args.threads, target.profile_device, torch_device=device, command=command,
                                 allocator=allocator, scenario=scenario_block(target), inputs=[target.path],
                                 ops=ops, ops_basis=ops_basis)

@@ -19,12 +19,18 @@ model's fixed per-call cost (a few microseconds of dispatch per torch call, whic
 vector hides) is in its seconds per parameter; ``update`` as the scenario's optimizer step on
 the flat parameter vector (momentum or Adam buffers included), which is what every algorithm
 applies; and ``gather`` as the workload's own batch fetch at the scenario's batch size, per
-element gathered (features plus the label), for a dataset that holds values. A model's
-vectors fit in the caches, where a training step never finds them: its forward/backward
-streams activations through the caches between two updates. So each timed call at a
-scenario's sizes follows a write of twice the largest cache (:func:`cache_flush_bytes`):
-on this project's 2-core host the optimizer step of an 85 k-parameter MLP takes 37 µs hot,
-102 µs after the flush, and 85 µs inside a real run.
+element gathered (features plus the label), for a dataset that holds values.
+
+What the caches hold when an op runs decides its time at these sizes. Timed back to back,
+a small model's vectors stay in the caches; in a run, one training step (the forward/backward
+and its activations) passes between two updates and may evict them, or not, depending on how
+much it streams. So each timed call at a scenario's sizes follows ``between``: the calling
+command passes one training step of the scenario at its batch size, the very work that
+precedes an update in a run. Without it, a write of twice the largest cache
+(:func:`cache_flush_bytes`) stands in: the cold bound. On this project's 2-core host the
+optimizer step of an 85 k-parameter MLP at batch 2,048 takes 37 µs back to back, 102 µs after
+the flush and 85 µs inside a real run; ``python benchmarks/op_costs_at_size.py`` prints every
+op all these ways.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from ..training.data import Batch
 from ..training.data_loading import LABEL_ELEMENTS
 from ..training.replica import Replica
 
-__all__ = ["DEFAULT_OP_PARAMS", "measure_ops", "measure_scenario_ops"]
+__all__ = ["DEFAULT_OP_PARAMS", "measure_ops", "measure_scenario_ops", "cache_flusher", "cache_flush_bytes"]
 
 DEFAULT_OP_PARAMS = 1 << 22
 _GATHER_ROW = 64  # elements per gathered row: one 8x8 digits sample (256 bytes)
@@ -147,39 +153,45 @@ def _median_s(kernel: Callable[[], None], device: str, budget_s: float,
 
 def measure_ops(params: int = DEFAULT_OP_PARAMS, device: str = "cpu", budget_s: float = 0.2,
                 place: Callable = _on_device, replace: dict[str, tuple[Callable[[], None], int]] | None = None,
-                cold: bool = False) -> dict[str, float]:
+                between: Callable[[], None] | None = None) -> dict[str, float]:
     """Seconds per parameter of each op (``average`` per input buffer) on ``device`` (tensors moved
     there by ``place(tensor, device)``, the profile's own placement). ``replace``: ops timed
-    with another kernel, ``{op: (kernel, elements it works on)}``; ``cold``: the caches
-    flushed before every timed call (see the module doc)."""
+    with another kernel, ``{op: (kernel, elements it works on)}``; ``between``: run, untimed,
+    before every timed call (a training step, :func:`cache_flusher`; see the module doc)."""
     if params < _GATHER_ROW:
         raise ValueError(f"ops are timed on at least {_GATHER_ROW} parameters, got {params}")
     kernels = {op: (kernel, params) for op, kernel in _kernels(params, device, place).items()}
     kernels.update(replace or {})
-    flush = None
-    if cold:
-        scratch = place(torch.empty(_flush_bytes_on(device), dtype=torch.uint8), device)
-        flush = lambda: scratch.fill_(1)  # noqa: E731
-    per_param = {op: _median_s(kernel, device, budget_s, flush) / elements
+    per_param = {op: _median_s(kernel, device, budget_s, between) / elements
                  for op, (kernel, elements) in kernels.items()}
     per_param["average"] /= 4  # four input buffers
     return per_param
 
 
+def cache_flusher(device: str = "cpu", place: Callable = _on_device) -> Callable[[], None]:
+    """A callable writing :func:`_flush_bytes_on` bytes on ``device``: after it, no buffer is cached."""
+    scratch = place(torch.empty(_flush_bytes_on(device), dtype=torch.uint8), device)
+    return lambda: scratch.fill_(1)
+
+
 def measure_scenario_ops(workload: Any, batch_size: int, device: str = "cpu", budget_s: float = 0.2,
-                         place: Callable = _on_device) -> tuple[dict[str, float], dict[str, Any]]:
-    """The ops at a scenario's sizes (see the module doc): (seconds per parameter, how each was timed)."""
+                         place: Callable = _on_device, between: tuple[Callable[[], None], str] | None = None,
+                         ) -> tuple[dict[str, float], dict[str, Any]]:
+    """The ops at a scenario's sizes (see the module doc): (seconds per parameter, how each was timed).
+    ``between``: (what runs before every timed call, its description); None: a cache flush."""
     params = int(workload.param_count)
     weights = place(workload.initial_params().detach().clone().float(), device)
     replica, grad = Replica(weights, workload.optimizer), place(torch.randn(params) * 1e-3, device)
     replace = {"update": (lambda: replica.apply_gradient(grad), params)}
-    basis = {"params": params, "caches": f"flushed before each timed call ({_flush_bytes_on(device) >> 20} MiB written)",
+    if between is None:
+        between = (cache_flusher(device, place), f"a cache flush ({_flush_bytes_on(device) >> 20} MiB written)")
+    basis = {"params": params, "before each timed call": between[1],
              "update": f"the scenario's optimizer step ({workload.optimizer_config.name}) on the flat parameter vector"}
     fetch = _batch_fetch(workload, batch_size)
     if fetch is not None:
         replace["gather"] = fetch
         basis["gather"] = f"the workload's batch fetch at batch {batch_size}, per element (features + label)"
-    return measure_ops(params, device, budget_s, place, replace, cold=True), basis
+    return measure_ops(params, device, budget_s, place, replace, between[0]), basis
 
 
 def _batch_fetch(workload: Any, batch_size: int) -> tuple[Callable[[], None], int] | None:
