@@ -154,3 +154,14 @@ def test_profile_ops_merge_later_files_over_earlier_ones(tmp_path):
     first.write_text("device: host-cpu\nmodels: {}\nops: {update: 2.0e-9, copy: 1.0e-9}\n")
     second.write_text("device: host-cpu\nmodels: {}\nops: {update: 3.0e-9}\n")
     assert load_profile_ops([first, second]) == {"host-cpu": {"update": 3e-9, "copy": 1e-9}}
+
+
+def test_the_op_cost_benchmark_prints_every_op_four_ways(capsys):
+    from helpers import load_benchmark
+
+    assert load_benchmark("op_costs_at_size").main(["--budget-s", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "9,610 parameters, batch 32" in lines[0]
+    assert lines[1].split()[:2] == ["op", "default"] and "after step us" in lines[1]
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[2:2 + len(OPS)]}
+    assert set(rows) == set(OPS) and all(len(v) == 5 and min(v) > 0 for v in rows.values())
