@@ -110,6 +110,13 @@ def test_nnt_three_ranks_times_its_epoch_sync_evaluations_as_compute(tmp_path):
     syncs = pd.read_csv(out / "events.csv").query("kind == 'nnt_sync'")
     assert len(syncs) == 6 and syncs["validation_accuracy"].notna().all()
     assert len(compute_cpu(out)) == len(load_result_dir(out).steps.query("source == 'own'"))  # fits see fwd/bwd only
+    # taking in a neighbour's gradient that has arrived (a poll) is CPU time in communication too
+    spans = span_events(out)
+    for rank in range(3):
+        sends = sum(1 for e in spans if e["name"] == "send" and e["tid"] == ASYNC_TID_OFFSET + rank)
+        overheads = sum(1 for e in spans if e["name"] == "message overhead" and e["tid"] == rank)
+        applied = len(load_result_dir(out).steps.query(f"worker == {rank} and source != 'own'"))
+        assert sends > 0 and applied > 0 and overheads >= sends + applied  # and one per collective call
 
 
 def test_a_real_run_validates_and_checkpoints_at_epoch_ends_under_the_simulator_s_names(tmp_path):

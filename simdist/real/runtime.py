@@ -373,7 +373,13 @@ class MPIRuntime:
         return RecvRequest(self.world, self.rank, src, tag)
 
     def poll(self, src: int = ANY, tag: int = ANY) -> Message | None:
-        return self.world.poll(self.rank, src, tag)
+        """A message that has arrived, taken in at the call (its receive and unpickling are the rank's
+        CPU time in communication, a ``message overhead`` span: LogGP's ``o_r``), or None."""
+        start = self.now()
+        message = self.world.poll(self.rank, src, tag)
+        if message is not None:
+            self.world.span("comm", OVERHEAD_SPAN, start, self.now())
+        return message
 
     def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> CollectiveRequest:
         return self.world.collective("allreduce", group, tensor)
