@@ -14,8 +14,8 @@ never overlap, so every span falls inside one step.
 
 Parts. A span's part comes from its kind and name (:data:`PART_OF_NAME`, then
 :data:`PART_OF_KIND`): forward/backward → ``forward_backward``; the CPU time a rank spends in
-sending (LogGP ``o``, span ``message overhead``; in a real run also converting a collective's
-tensor and posting it) → ``comm_cpu``; data moving while the rank is
+sending (LogGP ``o``, span ``message overhead``; in a real run also taking in a polled
+message, and converting a collective's tensor and posting it) → ``comm_cpu``; data moving while the rank is
 blocked on it → ``comm_wire``; blocked on peers → ``wait``; an algorithm's own busy work →
 ``update`` (averaging, applying, merging) or ``eval`` (its evaluations). Non-blocking
 communication overlaps other work and is not a part. Time no span covers is ``wait`` in a
