@@ -60,8 +60,8 @@ def test_sync_two_ranks_real_matches_simulated_losses(tmp_path):
     assert (same["measured_loss"] - same["predicted_loss"]).abs().max() < 1e-4
     assert summary["measured_mean_staleness"] == 0
     # converting and posting each step's allreduce is the rank's CPU time in communication
-    ledger = pd.read_csv(tmp_path / "real" / "ledger.csv")
-    assert len(ledger) > 0 and (ledger["comm_cpu"] > 0).all()
+    ledger = pd.read_csv(tmp_path / "real" / "ledger.csv").query("step < 15")  # a forward/backward begun at the
+    assert len(ledger) == 2 * 15 and (ledger["comm_cpu"] > 0).all()  # stop can open a 16th step, without allreduce
     # the second real run: the same steps and losses (same math), its timing compared with the first's
     again = summary["real_again"]
     assert len(load_result_dir(tmp_path / "real-again").steps) == len(load_result_dir(tmp_path / "real").steps)
@@ -96,7 +96,8 @@ def test_asgd_two_ranks_real_vs_simulated(tmp_path):
     sends = [(e["tid"] - ASYNC_TID_OFFSET, e["ts"], e["dur"]) for e in spans if e["name"] == "send"]
     overheads = {(e["tid"], e["ts"], e["dur"]) for e in spans if e["name"] == "message overhead"}
     assert sends and set(sends) <= overheads
-    assert (pd.read_csv(tmp_path / "real" / "ledger.csv").query("rank == 0")["comm_cpu"] > 0).all()
+    worker = pd.read_csv(tmp_path / "real" / "ledger.csv").query("rank == 0")
+    assert (worker[worker["step"] < worker["step"].max()]["comm_cpu"] > 0).all()  # its last step may stop unpushed
 
 
 def test_nnt_three_ranks_times_its_epoch_sync_evaluations_as_compute(tmp_path):

@@ -15,16 +15,15 @@ which turns each yielded request into MPI calls and records wall-clock spans int
   not there yet) and ``comm``; the receive's ``comm`` span records ``bytes``, ``src`` and
   ``sent_s``, and every send call is a non-blocking ``comm``/``send`` span (``bytes``,
   ``dst``), so that a pilot run's messages can calibrate the link (:mod:`.pilot`). The call
-  itself (serialising, the copy into the attached buffer) is also a blocking ``message
-  overhead`` span: the sender's CPU time in communication, the ledger's ``comm_cpu``, as the
-  simulator's LogGP ``o_s``;
+  itself, and a poll taking in a message, is also a blocking ``message overhead`` span: the
+  rank's CPU in communication (ledger ``comm_cpu``, the simulator's LogGP ``o``);
 * collectives run non-blocking (``Iallreduce``, ``Ibcast``, ``Iallgather``) on a
   communicator per group made with ``Create_group`` at the group's first collective; a tiny
   ``Iallreduce(MAX)`` of arrival times beside each one tells when the last member arrived
   (``wait`` before it, ``comm`` after). Once every member has arrived the data phase is one
   blocking ``Waitall``: it cannot deadlock then, and polling it from Python between sleeps
-  would stretch every protocol round trip by a sleep. Converting the tensor and posting the
-  operations is a ``message overhead`` span (``comm_cpu``) from the call to the posted request. While the rank computes with a
+  would stretch every protocol round trip by a sleep. The call up to the posted requests
+  (converting the tensor) is a ``message overhead`` span (``comm_cpu``). While the rank computes with a
   non-blocking collective outstanding, a helper thread (:class:`~.progress.Progress`) tests it every
   millisecond, so that it overlaps the compute as the algorithm means it to (MPI moves it only
   inside MPI calls; a ring allreduce of a few steps is done well inside one forward/backward).
@@ -196,8 +195,7 @@ class MPIWorld:
         sent = self.now()
         nbytes = payload_nbytes(payload)
         request = self.comm.ibsend((pack(payload), sent, nbytes), dest=dst, tag=tag)
-        # the send call (packing, the copy into the buffer) is the sender's CPU time in communication (the
-        # ledger's comm_cpu, LogGP's o_s), not the message's transit, which the non-blocking span spans
+        # the send call (packing, the copy into the buffer) is the sender's CPU (comm_cpu, LogGP's o_s)
         if record:
             posted = self.now()
             self.span("comm", OVERHEAD_SPAN, sent, posted)
@@ -373,8 +371,7 @@ class MPIRuntime:
         return RecvRequest(self.world, self.rank, src, tag)
 
     def poll(self, src: int = ANY, tag: int = ANY) -> Message | None:
-        """A message that has arrived, taken in at the call (its receive and unpickling are the rank's
-        CPU time in communication, a ``message overhead`` span: LogGP's ``o_r``), or None."""
+        """An arrived message, taken in at the call (a ``message overhead`` span: LogGP's ``o_r``), or None."""
         start = self.now()
         message = self.world.poll(self.rank, src, tag)
         if message is not None:
