@@ -32,6 +32,7 @@ from simdist.calibrate.compute_profile import torch_threads
 from simdist.calibrate.compute_scenario import plan_scenario
 from simdist.calibrate.op_profile import DEFAULT_OP_PARAMS, measure_ops, measure_scenario_ops
 from simdist.calibrate.timed_steps import cpu_training_step
+from simdist.training.data_loading import LABEL_ELEMENTS
 
 
 def main(argv=None) -> int:
@@ -65,7 +66,7 @@ def _elements(op: str, params: int, workload, batch: int) -> int:
     else the parameters."""
     if op == "gather" and isinstance(getattr(workload.dataset, "train_x", None), torch.Tensor):
         x = workload.dataset.train_x
-        return min(batch, len(x)) * (x[0].numel() + 2)
+        return batch * (x[0].numel() + LABEL_ELEMENTS)
     return params
 
 

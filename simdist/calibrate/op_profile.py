@@ -199,7 +199,7 @@ def _batch_fetch(workload: Any, batch_size: int) -> tuple[Callable[[], None], in
     x = getattr(workload.dataset, "train_x", None)
     if not isinstance(x, torch.Tensor) or len(x) == 0:
         return None
-    rows = np.random.default_rng(0).choice(len(x), size=min(batch_size, len(x)), replace=len(x) < batch_size)
+    rows = np.random.default_rng(0).choice(len(x), size=batch_size, replace=len(x) < batch_size)
     batch = Batch(rows.astype(np.int64), epoch=0, worker=0)
     elements = len(rows) * (x[0].numel() + LABEL_ELEMENTS)
     return (lambda: workload.batch_tensors(batch)), elements
