@@ -223,15 +223,15 @@ class ComputeExecution:
         name = work_span_name(name, part)
         if run is not None:
             value = computed(run, inputs, lazy)
-        start, owed = self.env.now, self._owed_cpu_s(rank)
-        if self._cores is not None and max(0.0, float(duration_s)) + owed > 0:
-            return self._shared_busy(rank, max(0.0, float(duration_s)), name, value, owed)
-        duration_s = max(0.0, float(duration_s)) + owed
+        start, owed, work_s = self.env.now, self._owed_cpu_s(rank), max(0.0, float(duration_s))
+        if self._cores is not None and work_s + owed > 0:
+            return self._shared_busy(rank, work_s, name, value, owed)
+        end = start + (owed + work_s)  # as the timeout below ends
         if owed > 0:  # the CPU finishes its sends' overhead first, as before a compute
             self.recorder.span(rank, "comm", OVERHEAD_SPAN, start, start + owed)
-        self.recorder.span(rank, "compute", name, start + owed, start + duration_s)
-        self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + duration_s)
-        request = Request("busy", name, self.env.timeout(duration_s, value), start)
+        self.recorder.span(rank, "compute", name, start + owed, end)
+        self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), end)
+        request = Request("busy", name, self.env.timeout(owed + work_s, value), start)
         if self.on_call is not None:
             self.on_call.computing(rank, request.event)
         return request
