@@ -41,7 +41,7 @@ PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "u
          "checkpoint")
 LEDGER_COLUMNS = ("rank", "step", "start_s", "step_s", *PARTS)
 
-OVERHEAD_SPAN = "message overhead"  # a rank's own CPU time in a send or collective call: comm_cpu
+OVERHEAD_SPAN = "message overhead"  # a rank's own CPU time in a send, receive or collective call: comm_cpu
 # span names with a part of their own (the runtimes' and algorithms' names)
 PART_OF_NAME = {
     "forward/backward": "forward_backward",

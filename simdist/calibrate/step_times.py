@@ -188,8 +188,10 @@ def _rows_csv(path: str, text: str) -> tuple[list[tuple], str]:
 def _rows_compute_profile(path: str, text: str) -> tuple[list[tuple], str]:
     import yaml
 
+    from ..yamlio import safe_load_limited
+
     try:
-        document = yaml.safe_load(text)
+        document = safe_load_limited(text)  # a user's file: the project's safe-YAML rules
     except yaml.YAMLError as exc:
         raise InputError(f"not a YAML compute profile ({shorten(str(exc))})", source=path) from None
     models = document.get("models") if isinstance(document, dict) else None
