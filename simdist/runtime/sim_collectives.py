@@ -236,9 +236,12 @@ class CollectiveExecution:
             for step in phase:
                 message_s, reduce_s = self.step_costs.extras(step)
                 latency = self.platform.route_latency_s
+                cpu_until = env.now + self.step_costs.copy_cpu_s(step)
                 yield simpy.AllOf(env, [network.transfer(route(t.src, t.dst), t.nbytes, src=t.src, dst=t.dst,
                                                          latency_s=latency(t.src, t.dst) + message_s if message_s else None)
                                         for t in step])
+                if cpu_until > env.now:  # the ranks' copies outlast the wire
+                    yield env.timeout(cpu_until - env.now)
                 if reduce_s > 0:
                     yield env.timeout(reduce_s)
             return

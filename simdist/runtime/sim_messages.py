@@ -7,7 +7,9 @@ copied, :mod:`.payloads`), crosses the route as a flow, and
 lands in the receiver's mailbox, or wakes a receive already waiting for it. With
 ``platform.messages`` every message also pays LogGP costs: the sender's injection gap and CPU
 overhead ``o_s`` (charged to its next compute or busy work), the rendezvous handshake above
-the eager limit, and the receiver's ``o_r``. Under ``progress: on_call`` a rendezvous message
+the eager limit, and the receiver's ``o_r``; and LogGOPS's per-byte CPU overheads, the
+sender's with ``o_s`` and the receiver's once it takes the message in, both charged to the
+rank's next work and neither delaying the message (they overlap its transfer). Under ``progress: on_call`` a rendezvous message
 goes only once the receiver is inside a runtime call (:mod:`.progress`).
 """
 
@@ -65,16 +67,19 @@ class MessageExecution:
     def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None]) -> None:
         """A message paying LogGP costs (``platform.messages``) around its links.
 
-        The sender injects it once its previous message is ``max(g, o_s)`` behind, spends
-        ``o_s`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`), a message above
+        The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind,
+        spends ``o_s + O_s · bytes`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`;
+        only ``o_s`` delays the message, the copy overlaps its transfer), a message above
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
-        the message is in its mailbox. Under ``progress: on_call`` a message above the eager
-        limit goes only once the receiver answers the handshake (:mod:`.progress`).
+        the message is in its mailbox (and ``O_r · bytes`` once it takes it in, :meth:`_taken_in`).
+        Under ``progress: on_call`` a message above the eager limit goes only once the receiver
+        answers the handshake (:mod:`.progress`).
         """
         costs, now = self.message_costs, self.env.now
         inject_s = max(now, self._next_injection_s.get(src, 0.0))
-        self._next_injection_s[src] = inject_s + max(costs.gap, costs.send_overhead)
-        self._cpu_owed_s[src] = self._cpu_owed_s.get(src, 0.0) + costs.send_overhead
+        cpu_s = costs.send_cpu_s(nbytes)
+        self._next_injection_s[src] = inject_s + max(costs.gap, cpu_s)  # its CPU copies one message at a time
+        self._owe_cpu(src, cpu_s)
         delay_s = inject_s - now + costs.send_overhead + costs.handshake_s(nbytes) + \
             self.platform.route_latency_s(src, dst)
         if costs.recv_overhead > 0:
@@ -88,9 +93,21 @@ class MessageExecution:
             return
         self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst, latency_s=delay_s)
 
+    def _owe_cpu(self, rank: int, seconds: float) -> None:
+        """CPU time of the rank's message calls, paid before its next compute or busy work."""
+        if seconds > 0:
+            self._cpu_owed_s[rank] = self._cpu_owed_s.get(rank, 0.0) + seconds
+
     def _owed_cpu_s(self, rank: int) -> float:
-        """CPU time the rank's sends took since its last compute (LogGP ``o_s``), now paid."""
+        """CPU time the rank's message calls took since its last compute (LogGP ``o_s``, LogGOPS
+        ``O_s``/``O_r``), now paid."""
         return self._cpu_owed_s.pop(rank, 0.0) if self._cpu_owed_s else 0.0
+
+    def _taken_in(self, message: Message) -> Message:
+        """A message its receiver takes in: the receiver owes its per-byte receive overhead."""
+        if self.message_costs is not None and self.message_costs.recv_overhead_per_byte:
+            self._owe_cpu(message.dst, self.message_costs.recv_overhead_per_byte * message.nbytes)
+        return message
 
     @staticmethod
     def _matches(message: Message, src: int, tag: int) -> bool:
@@ -107,7 +124,7 @@ class MessageExecution:
                 del waiters[i]
                 waiter.request.started_s = message.sent_s
                 waiter.request.span_args = {"bytes": int(message.nbytes), "src": int(message.src)}
-                waiter.request.event.succeed(message)
+                waiter.request.event.succeed(self._taken_in(message))
                 return
         self._mailboxes[message.dst].append(message)
 
@@ -117,7 +134,7 @@ class MessageExecution:
         box = self._mailboxes[rank]
         for i, message in enumerate(box):
             if self._matches(message, src, tag):
-                return box.pop(i)
+                return self._taken_in(box.pop(i))
         return None
 
     def recv(self, rank: int, src: int = ANY, tag: int = ANY) -> Request:

@@ -3,8 +3,8 @@
 A schedule (:mod:`.collectives`) is phases of steps, each step a set of transfers that run at
 once. :class:`StepCosts` prices a step alone: its duration on the wire (latency plus bytes at
 the rates the platform's sharing rule gives the step's transfers, multi-rail stripes
-included), the per-message costs of ``platform.messages`` (LogGP o, g and the rendezvous
-handshake) and the reduction arithmetic of a reducing step (gamma: at
+included, and never shorter than the busiest rank's per-byte CPU, LogGOPS O), the
+per-message costs of ``platform.messages`` (LogGP o, g and the rendezvous handshake) and the reduction arithmetic of a reducing step (gamma: at
 ``collectives.reduce_bandwidth`` or the device's memory-bandwidth estimate). The
 simulator's analytic fidelity runs on these figures (:mod:`.sim_collectives`).
 """
@@ -62,12 +62,29 @@ class StepCosts:
             rates = weighted_max_min_rates(routes, capacity, [rtt_weight(latency) for latency in latencies])
         else:
             rates = max_min_rates(routes, capacity)
-        duration = 0.0
+        duration = self.copy_cpu_s(step)
         for (i, parts), latency, rate in zip(owners, latencies, rates):
             nbytes = step[i].nbytes / parts
             duration = max(duration, latency + (nbytes / rate if nbytes > 0 else 0.0))
         message_s, reduce_s = self.extras(step)
         return min(latencies), duration, message_s + reduce_s
+
+    def copy_cpu_s(self, step) -> float:
+        """The busiest rank's per-byte CPU in one step (LogGOPS ``O_s`` over the bytes it sends plus
+        ``O_r`` over those it receives; ``platform.messages``), 0 without them.
+
+        It overlaps the step's transfers, as it overlaps a message's, so a step takes the longer
+        of the two: a transport whose CPU cannot keep up with its links (MPI over TCP on a
+        fast network) is bound by its CPU.
+        """
+        costs = self.message_costs
+        if costs is None or not (costs.send_overhead_per_byte or costs.recv_overhead_per_byte):
+            return 0.0
+        cpu: dict[int, float] = {}
+        for t in step:
+            cpu[t.src] = cpu.get(t.src, 0.0) + costs.send_overhead_per_byte * t.nbytes
+            cpu[t.dst] = cpu.get(t.dst, 0.0) + costs.recv_overhead_per_byte * t.nbytes
+        return max(cpu.values(), default=0.0)
 
     def extras(self, step) -> tuple[float, float]:
         """(per-message costs, reduction time) one step of a schedule adds to its transfers.
