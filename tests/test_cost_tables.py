@@ -162,17 +162,33 @@ def test_overheads_larger_than_the_intercept_stay_in_the_latency():
     assert link.messages["gap"] == 4e-6 and "send_overhead" not in link.messages
 
 
-def test_osu_bw_and_bibw_give_the_gap_and_the_aggregate_cap_of_the_link(tmp_path):
+def _osu_tcp_overlay(tmp_path, *options: str) -> dict:
     out = tmp_path / "osu.yaml"
     files = [str(TRACES / f"osu_{test}_2nodes_tcp_ethernet.txt") for test in ("latency", "bw", "bibw")]
-    done = subprocess.run([sys.executable, "-m", "simdist", "calibrate", "trace", *files, "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "simdist", "calibrate", "trace", *files, "--out", str(out), *options],
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     document = yaml.safe_load(out.read_text())
-    link = document["node"]["nic_link"]
-    # osu_bibw peaks at 3.0 GB/s per direction: 6.0 GB/s both ways, below the 6.47 GB/s one-way link,
-    # so the link is effectively half duplex: its cap is clamped to its bandwidth
-    assert link["aggregate_bandwidth"] == pytest.approx(link["bandwidth"])
-    assert document["messages"]["gap"] == pytest.approx(3.448e-6, rel=1e-3) and "osu_bw" in document["messages"]["source"]
     from simdist.platform.spec import PlatformSpec
     PlatformSpec.model_validate({"node": {k: v for k, v in document["node"].items()}, "messages": document["messages"]})
+    return document
+
+
+def test_osu_bw_and_bibw_over_tcp_give_the_gap_and_each_rank_s_per_byte_copy(tmp_path):
+    document = _osu_tcp_overlay(tmp_path)
+    messages = document["messages"]
+    # osu_bibw peaks at 3.0 GB/s per direction: 5997 MB/s both ways together, below twice the 6.47 GB/s
+    # one-way link. Full-duplex Ethernet does not share its directions; each rank's CPU copying what it
+    # sends and what it receives does: O_s = O_r = 1 / 5997 MB/s
+    assert messages["send_overhead_per_byte"] == pytest.approx(1 / 5996.96e6, rel=1e-3)
+    assert messages["recv_overhead_per_byte"] == messages["send_overhead_per_byte"]
+    assert "aggregate_bandwidth" not in document["node"]["nic_link"] and "osu_bibw" in messages["source"]
+    assert messages["gap"] == pytest.approx(3.448e-6, rel=1e-3) and "osu_bw" in messages["source"]
+
+
+def test_osu_bibw_put_down_to_the_link_caps_both_directions_instead(tmp_path):
+    document = _osu_tcp_overlay(tmp_path, "--bibw-limit", "link")
+    link = document["node"]["nic_link"]
+    # 6.0 GB/s both ways is below the 6.47 GB/s one-way link: the cap is clamped to its bandwidth
+    assert link["aggregate_bandwidth"] == pytest.approx(link["bandwidth"])
+    assert "send_overhead_per_byte" not in document["messages"]

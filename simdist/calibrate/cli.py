@@ -141,7 +141,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     command = calibrate_command(args, "trace", positional=("files",))
     if args.out:
         links = [link for r in reports for link in r.links]
-        gap_s = _streaming(reports, links)
+        gap_s = _streaming(reports, links, args.bibw_limit)
         node_fields: dict[str, Any] = {}
         for r in reports:
             node_fields.update(r.node_fields)
@@ -166,7 +166,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _streaming(reports, links) -> float | None:
+def _streaming(reports, links, bibw_limit: str) -> float | None:
     """Apply osu_bw/osu_bibw to the point-to-point links fitted in the same run; the LogGP gap if measured."""
     from .overlay import apply_streaming
 
@@ -177,7 +177,7 @@ def _streaming(reports, links) -> float | None:
     gap_s = float(bw.parsed.table["time_s"].iloc[0]) if bw is not None and len(bw.parsed.table) else None
     p2p = [link for link in links if "large_messages" in link.details]
     for note in apply_streaming(p2p, bw.fit.get("peak_bandwidth_Bps") if bw else None,
-                                bibw.fit.get("peak_bandwidth_Bps") if bibw else None, gap_s):
+                                bibw.fit.get("peak_bandwidth_Bps") if bibw else None, gap_s, bibw_limit):
         print(f"note: {note}")
     return gap_s if p2p else None
 
@@ -308,6 +308,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     trace.add_argument("--nic-kind", help="link kind for inter-node fits (default ib-hdr for nccl-tests, ethernet-tcp otherwise)")
     trace.add_argument("--link-class", default="nic", choices=("nic", "intra"),
                        help="where an OSU point-to-point fit goes (default nic: between nodes)")
+    trace.add_argument("--bibw-limit", default="auto", choices=("auto", "cpu", "link"), help=(
+        "what osu_bibw below twice osu_bw's bandwidth is put down to: cpu, each rank's CPU copying both "
+        "directions' bytes (LogGOPS per-byte overheads); link, a cap on both directions together "
+        "(aggregate_bandwidth); auto (default): cpu for ethernet-tcp, link otherwise"))
     trace.add_argument("--osu-ranks", type=int_between(2), default=2,
                        help="processes of OSU collective runs (default 2)")
     trace.add_argument("--ranks", type=int_between(2), default=None,

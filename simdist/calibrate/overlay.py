@@ -168,28 +168,61 @@ def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
     link.messages = messages
 
 
+CPU_COPY_KINDS = ("ethernet-tcp",)  # transports whose every byte the ranks' CPUs copy (the kernel's TCP stack)
+
+
 def apply_streaming(links: Sequence[LinkFit], bw_peak_Bps: float | None, bibw_peak_Bps: float | None,
-                    gap_s: float | None) -> list[str]:
+                    gap_s: float | None, bibw_limit: str = "auto") -> list[str]:
     """What ``osu_bw``/``osu_bibw`` add to the point-to-point links fitted beside them; notes on what was done.
 
-    ``bibw_peak_Bps`` is the per-direction peak of a bidirectional test: both directions
-    together moved twice that, which is the link's ``aggregate_bandwidth`` when below twice
-    its bandwidth (clamped to [bandwidth, 2 x bandwidth], the range a platform allows).
+    ``bibw_peak_Bps`` is the per-direction peak of a bidirectional test. Both directions
+    together moved twice that; when that total is below twice the link's one-way bandwidth,
+    something the two directions share was the limit (``bibw_limit``; ``auto``: ``cpu`` for
+    the kinds in :data:`CPU_COPY_KINDS`, ``link`` for the rest):
+
+    * ``link``: the link itself, whose ``aggregate_bandwidth`` it becomes (clamped to
+      [bandwidth, 2 x bandwidth], the range a platform allows);
+    * ``cpu``: each rank's CPU, which copies every byte it sends and every byte it receives
+      (MPI over TCP on full-duplex Ethernet). In osu_bibw each rank sends and receives at
+      once, so per direction ``1 / (O_s + O_r)`` bytes a second moved; split evenly (one copy
+      on each side), ``O_s = O_r`` = 1 / (the total both ways) seconds per byte, written as
+      the messages' LogGOPS per-byte overheads.
+
     ``gap_s``: the time per message of the smallest ``osu_bw`` size (a window of back-to-back
     messages: injection-limited), the LogGP gap.
     """
     notes = []
     for link in links:
-        if bibw_peak_Bps:
-            total = 2 * bibw_peak_Bps
-            if total < 2 * link.bandwidth_Bps:
-                link.aggregate_bandwidth_Bps = max(total, link.bandwidth_Bps)
-                notes.append(f"node.{link.field}.aggregate_bandwidth = {link.aggregate_bandwidth_Bps / 1e9:.3g} GB/s: "
-                             f"osu_bibw moved {total / 1e9:.3g} GB/s both ways together, below twice the "
-                             f"{link.bandwidth_Bps / 1e9:.3g} GB/s link")
+        if not bibw_peak_Bps or 2 * bibw_peak_Bps >= 2 * link.bandwidth_Bps:
+            continue
+        total = 2 * bibw_peak_Bps
+        if _bibw_limit(bibw_limit, link.kind) == "link":
+            link.aggregate_bandwidth_Bps = max(total, link.bandwidth_Bps)
+            notes.append(f"node.{link.field}.aggregate_bandwidth = {link.aggregate_bandwidth_Bps / 1e9:.3g} GB/s: "
+                         f"osu_bibw moved {total / 1e9:.3g} GB/s both ways together, below twice the "
+                         f"{link.bandwidth_Bps / 1e9:.3g} GB/s link")
+            continue
+        per_byte_s = 1.0 / total
+        messages = dict(link.messages or {})
+        messages.update(send_overhead_per_byte=per_byte_s, recv_overhead_per_byte=per_byte_s)
+        messages["source"] = "; ".join(filter(None, [messages.get("source"), (
+            f"osu_bibw: {total / 1e9:.3g} GB/s both ways together, below twice the {link.bandwidth_Bps / 1e9:.3g} GB/s "
+            f"one-way: each rank's CPU copies what it sends and receives, 1 / {total / 1e9:.3g} GB/s per byte each "
+            "(--bibw-limit cpu)")]))
+        link.messages = messages
+        notes.append(f"messages.send_overhead_per_byte = recv_overhead_per_byte = {per_byte_s * 1e9:.3g} ns: "
+                     f"osu_bibw moved {total / 1e9:.3g} GB/s both ways together, below twice the "
+                     f"{link.bandwidth_Bps / 1e9:.3g} GB/s link; each rank's CPU copies both directions' bytes")
     if gap_s and links:
         notes.append(f"messages.gap = {gap_s:.3g} s: time per message of osu_bw's smallest size")
     return notes
+
+
+def _bibw_limit(choice: str, kind: str) -> str:
+    """``cpu`` or ``link``: what a bidirectional deficit is put down to on a link of ``kind``."""
+    if choice == "auto":
+        return "cpu" if kind in CPU_COPY_KINDS else "link"
+    return choice
 
 
 def build_overlay(links: Sequence[LinkFit], *, command: str, inputs: Sequence[str | os.PathLike] = (),
