@@ -151,6 +151,22 @@ def test_measured_overheads_leave_the_link_and_become_message_costs():
     assert MessageCostSpec(**m).handshake_s(65536) == pytest.approx(8e-6, rel=1e-3)
 
 
+def test_the_rise_of_the_overheads_per_byte_up_to_large_messages_is_the_per_byte_overhead():
+    from simdist.calibrate.overlay import apply_overheads
+
+    sizes = np.array([2.0**k for k in range(0, 23)])
+    link, _p, _r = fit_p2p_link(sizes, 2e-6 + sizes / 5e9, field_name="intra_link", kind="shm", source="sweep")
+    small = {"send_overhead_s": 0.4e-6, "recv_overhead_s": 0.6e-6, "gap_s": 0.3e-6, "size_bytes": 8, "messages": 2000}
+    # a 1 MiB receive takes 0.1 ms more than an 8 B one; the send call only posts it (a little less time)
+    large = {"send_overhead_s": 0.3e-6, "recv_overhead_s": 0.6e-6 + 1e-4, "gap_s": 1e-4,
+             "size_bytes": 1 << 20, "messages": 64}
+    apply_overheads(link, {**small, "large": large})
+    m = link.messages
+    assert m["recv_overhead_per_byte"] == pytest.approx(1e-4 / ((1 << 20) - 8))
+    assert "send_overhead_per_byte" not in m and "64 messages of 1048576 B" in m["source"]
+    assert link.bandwidth_Bps == pytest.approx(5e9, rel=1e-3)  # the copies overlap the transfer: the link stays
+
+
 def test_overheads_larger_than_the_intercept_stay_in_the_latency():
     from simdist.calibrate.overlay import apply_overheads
 

@@ -74,12 +74,23 @@ def test_the_sender_pays_its_copy_before_its_next_work_and_the_message_is_not_de
 
 @pytest.mark.parametrize("receive", ["recv", "poll"])
 def test_the_receiver_pays_its_copy_once_it_takes_the_message_in(receive):
+    """A poll finds the message long arrived and owes the whole copy; a blocking receive posted
+    when the message was sent copied while it waited, and owes only the rest."""
     world = _world(**PER_BYTE)
     taken_s = _one_message(world, 4 * MIB, receive)
+    waited_s = taken_s if receive == "recv" else 0.0
     [(start, end)] = _overheads(world, 1)
-    assert start == pytest.approx(taken_s) and end - start == pytest.approx(3e-9 * 4 * MIB)
+    assert start == pytest.approx(taken_s) and end - start == pytest.approx(3e-9 * 4 * MIB - waited_s)
+    if receive == "recv":
+        assert 0 < waited_s < 3e-9 * 4 * MIB
     apply = next(s for s in world.recorder.spans if s.rank == 1 and s.name == "apply")
     assert apply.start_s == pytest.approx(end)
+
+
+def test_a_blocking_receive_that_waited_longer_than_its_copy_owes_nothing():
+    world = _world(send_overhead_per_byte="1e-15s", recv_overhead_per_byte="1e-15s", source="hand-made")
+    _one_message(world, 4 * MIB, "recv")
+    assert _overheads(world, 1) == []
 
 
 def test_back_to_back_sends_leave_one_copy_apart():

@@ -95,6 +95,9 @@ def _cmd_network(args: argparse.Namespace) -> int:
         parts = [f"{name} {format_time(m[key])}" for name, key in (("send overhead", "send_overhead"),
                  ("receive overhead", "recv_overhead"), ("gap", "gap"), ("rendezvous handshake", "rendezvous_latency"))
                  if m.get(key)]
+        parts += [f"{name} {m[key] * 1e9:.3g} ns/B" for name, key in (("send per byte", "send_overhead_per_byte"),
+                                                                       ("receive per byte", "recv_overhead_per_byte"))
+                  if m.get(key)]
         eager = f"eager up to {format_bytes(m['eager_limit'])}, " if m.get("eager_limit") is not None else ""
         print(f"messages: {eager}{', '.join(parts)}")
     print(f"\nwrote {args.out}")

@@ -4,7 +4,8 @@
 
 Rank 0 ping-pongs with one peer of each link class — the first rank on its own host
 (``intra``) and the first on another host (``inter``) — and measures the LogP send and
-receive overheads and the gap of small messages with it (:func:`_overheads`), while the
+receive overheads and the gap of small messages with it (:func:`_overheads`), and the same
+overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, while the
 other ranks wait; then all
 ranks run ``MPI_Allreduce`` on float32 buffers. Every size gets two warm-up operations and a
 probe (the fastest of three) that sets its repetition count so the size takes about
@@ -61,6 +62,9 @@ def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: i
     return sweep(sizes, timed, decide, budget_s, batches)
 
 
+PER_BYTE_SIZE, PER_BYTE_MESSAGES = 1 << 20, 64  # the large messages whose overheads give the per-byte slope
+
+
 def _overheads(comm, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
     """LogP overheads of ``Isend`` (the call returns once the eager message is buffered) and of a
     ``Recv`` of a message already there, between rank 0 and ``peer`` (:func:`.sweep_timing.logp_overheads`)."""
@@ -100,7 +104,7 @@ def _operations(comm, path: str):
         runtime = RuntimePath(comm)
         return runtime.pingpong, runtime.overheads, runtime.allreduce
     return ((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
-            (lambda peer: _overheads(comm, peer)),
+            (lambda peer, **sizes: _overheads(comm, peer, **sizes)),
             (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)))
 
 
@@ -152,7 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank in (0, peer):
             rows = pingpong_of(peer, sizes, args.budget_s, args.batches)
             overheads = overheads_of(peer)
+            large = overheads_of(peer, count=PER_BYTE_MESSAGES, size=PER_BYTE_SIZE)  # LogGOPS O: the slope
             if rank == 0:
+                overheads["large"] = large
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)

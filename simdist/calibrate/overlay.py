@@ -28,7 +28,7 @@ from ..platform.links import LINK_KINDS
 from ..fitting import AlphaBetaFit, PiecewiseAlphaBetaFit
 from .provenance import make_provenance, write_yaml
 
-__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "apply_overheads", "apply_streaming", "per_size_table", "columns", "build_overlay", "write_overlay",
+__all__ = ["LinkFit", "LINK_FIELDS", "fit_p2p_link", "messages_from_pingpong", "apply_overheads", "per_byte_overheads", "apply_streaming", "per_size_table", "columns", "build_overlay", "write_overlay",
            "check_link_kind"]
 
 LINK_FIELDS = ("intra_link", "nic_link")
@@ -164,8 +164,30 @@ def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
                        "intercept, so they overlap the transfer here and stay in the latency")
         measured += "; o_s + o_r not below the latency intercept: only the gap is used"
     messages["gap"] = float(overheads["gap_s"])
+    per_byte = per_byte_overheads(overheads)
+    if per_byte:
+        messages.update(per_byte)
+        large = overheads["large"]
+        measured += (f"; per-byte overheads (LogGOPS O): the same medians for {large['messages']} messages of "
+                     f"{large['size_bytes']} B, less the small ones', per byte")
     messages["source"] = "; ".join(filter(None, [messages.get("source"), measured]))
     link.messages = messages
+
+
+def per_byte_overheads(overheads: dict[str, Any]) -> dict[str, float]:
+    """LogGOPS ``O_s``, ``O_r`` from the overheads of small messages and of large ones (``overheads["large"]``).
+
+    Each is the rise of the median call time per byte between the two sizes, where positive: a
+    send call that only posts a large message (rendezvous, copied later by the transfer) costs
+    no more than a small one, and gets no per-byte overhead. Empty without a large measurement.
+    """
+    large = overheads.get("large")
+    if not large or large["size_bytes"] <= overheads["size_bytes"]:
+        return {}
+    extra_bytes = large["size_bytes"] - overheads["size_bytes"]
+    slopes = {"send_overhead_per_byte": (large["send_overhead_s"] - overheads["send_overhead_s"]) / extra_bytes,
+              "recv_overhead_per_byte": (large["recv_overhead_s"] - overheads["recv_overhead_s"]) / extra_bytes}
+    return {name: float(slope) for name, slope in slopes.items() if slope > 0}
 
 
 CPU_COPY_KINDS = ("ethernet-tcp",)  # transports whose every byte the ranks' CPUs copy (the kernel's TCP stack)

@@ -68,8 +68,8 @@ def logp_overheads(comm: Any, peer: int, post: Callable[[], Any], settle: Callab
             handles.append(post())
             posts.append(time.perf_counter() - start)
         stream_s = time.perf_counter() - stream_start
+        comm.send(None, dest=peer, tag=tag)  # before settling: a rendezvous send completes only once received
         settle(handles)
-        comm.send(None, dest=peer, tag=tag)
         recv_s = comm.recv(source=peer, tag=tag + 1)
         return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
                 "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}

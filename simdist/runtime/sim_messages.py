@@ -8,8 +8,9 @@ lands in the receiver's mailbox, or wakes a receive already waiting for it. With
 ``platform.messages`` every message also pays LogGP costs: the sender's injection gap and CPU
 overhead ``o_s`` (charged to its next compute or busy work), the rendezvous handshake above
 the eager limit, and the receiver's ``o_r``; and LogGOPS's per-byte CPU overheads, the
-sender's with ``o_s`` and the receiver's once it takes the message in, both charged to the
-rank's next work and neither delaying the message (they overlap its transfer). Under ``progress: on_call`` a rendezvous message
+sender's with ``o_s`` and the receiver's once it takes the message in (less what a blocking
+receive waited for it), both charged to the rank's next work and neither delaying the
+message (they overlap its transfer). Under ``progress: on_call`` a rendezvous message
 goes only once the receiver is inside a runtime call (:mod:`.progress`).
 """
 
@@ -31,6 +32,7 @@ class _RecvWaiter:
     src: int
     tag: int
     request: Request
+    posted_s: float  # when the receive began to wait
 
 
 class MessageExecution:
@@ -103,10 +105,13 @@ class MessageExecution:
         ``O_s``/``O_r``), now paid."""
         return self._cpu_owed_s.pop(rank, 0.0) if self._cpu_owed_s else 0.0
 
-    def _taken_in(self, message: Message) -> Message:
-        """A message its receiver takes in: the receiver owes its per-byte receive overhead."""
+    def _taken_in(self, message: Message, waited_s: float = 0.0) -> Message:
+        """A message its receiver takes in: the receiver owes its per-byte receive overhead, less
+        the time it waited in a blocking receive while the message was on its way (its copy
+        overlapped the transfer there; a message found by a poll or already in the mailbox
+        owes it whole)."""
         if self.message_costs is not None and self.message_costs.recv_overhead_per_byte:
-            self._owe_cpu(message.dst, self.message_costs.recv_overhead_per_byte * message.nbytes)
+            self._owe_cpu(message.dst, self.message_costs.recv_overhead_per_byte * message.nbytes - waited_s)
         return message
 
     @staticmethod
@@ -124,7 +129,8 @@ class MessageExecution:
                 del waiters[i]
                 waiter.request.started_s = message.sent_s
                 waiter.request.span_args = {"bytes": int(message.nbytes), "src": int(message.src)}
-                waiter.request.event.succeed(self._taken_in(message))
+                waiter.request.event.succeed(self._taken_in(message, waited_s=self.env.now - max(waiter.posted_s,
+                                                                                               message.sent_s)))
                 return
         self._mailboxes[message.dst].append(message)
 
@@ -142,5 +148,5 @@ class MessageExecution:
         if message is not None:
             return ReadyReceive(self.env, message)
         request = Request("comm", "recv", self.env.event())
-        self._recv_waiters[rank].append(_RecvWaiter(src, tag, request))
+        self._recv_waiters[rank].append(_RecvWaiter(src, tag, request, self.env.now))
         return request
