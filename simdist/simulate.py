@@ -305,6 +305,7 @@ class Simulation:
                    "events": self.events_processed, "faults": self._fault_figures(),
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
                    "collective_reduction": self.world.reduction_basis(),
+                   "message_copies": self.platform.copies.basis(),
                    "data_loading": self.world.data_loading.describe(),
                    "validation_split": {"fraction": scenario.validation_split,
                                         "samples": self.workload.validation_size,

@@ -150,8 +150,9 @@ def test_negative_or_unsourced_per_byte_overheads_are_refused():
         MessageCostSpec(send_overhead_per_byte="-1ns", source="x")
     with pytest.raises(ValidationError, match="source"):
         MessageCostSpec(recv_overhead_per_byte="1ns")
-    assert MessageCostSpec(send_overhead_per_byte="0.5ns", send_overhead="1us", source="x").send_cpu_s(1000) == \
-        pytest.approx(1e-6 + 0.5e-9 * 1000)
+    unset = MessageCostSpec(send_overhead="1us", source="x")
+    assert (unset.send_overhead_per_byte, unset.recv_overhead_per_byte) == (None, None)  # the route's kinds decide
+    assert MessageCostSpec(send_overhead_per_byte=0, source="x").send_overhead_per_byte == 0.0
 
 
 def test_a_scenario_with_a_bad_per_byte_overhead_exits_2_naming_the_field(tmp_path):
@@ -165,3 +166,59 @@ def test_a_scenario_with_a_bad_per_byte_overhead_exits_2_naming_the_field(tmp_pa
     assert done.returncode == 2
     assert "platform.messages.recv_overhead_per_byte" in done.stderr and "bad.yaml" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+# -- the link kinds' own figure ------------------------------------------------------------
+
+TCP_PER_BYTE_S = 1 / 5996.96e6  # ethernet-tcp: the shipped osu_bibw over TCP (simdist.platform.links)
+
+
+def _two_nodes(**platform_fields):
+    platform = build_platform("laptop-cpu", nodes=2, node={"devices": 2, "nic_link": "ethernet-tcp"}, **platform_fields)
+    return build_world(4, platform=platform)
+
+
+def _send_and_compute(world, dst: int, nbytes: int) -> None:
+    def sender(rt):
+        rt.send(dst, PhantomTensor(nbytes // 4))
+        yield rt.compute(None, _Batch())
+
+    world.spawn(0, sender(world.runtime(0)))
+    world.spawn(dst, (lambda rt: (yield rt.recv(0)))(world.runtime(dst)))
+    world.env.run()
+
+
+def test_a_message_over_tcp_costs_its_sender_the_kind_s_copy_without_a_messages_section():
+    world = _two_nodes()
+    assert world.platform.copies.per_byte_s(0, 2) == (TCP_PER_BYTE_S, TCP_PER_BYTE_S)
+    assert world.platform.copies.per_byte_s(0, 1) == (0.0, 0.0)  # shared memory inside the node: no kind figure
+    _send_and_compute(world, 2, 4 * MIB)
+    [(start, end)] = _overheads(world, 0)
+    assert end - start == pytest.approx(TCP_PER_BYTE_S * 4 * MIB)
+    basis = world.platform.copies.basis()
+    assert [(row["link_kind"], row["basis"]) for row in basis] == [("ethernet-tcp", "link kind default")]
+    assert "osu_bibw" in basis[0]["source"]
+
+
+def test_a_message_inside_the_node_or_a_measured_zero_costs_no_copy():
+    world = _two_nodes()
+    _send_and_compute(world, 1, 4 * MIB)
+    assert _overheads(world, 0) == []
+    measured = _two_nodes(messages={"send_overhead_per_byte": 0, "recv_overhead_per_byte": 0,
+                                    "source": "RDMA-capable TCP offload measured"})
+    _send_and_compute(measured, 2, 4 * MIB)
+    assert _overheads(measured, 0) == [] and _overheads(measured, 2) == []
+    assert [row["basis"] for row in measured.platform.copies.basis()] == ["platform.messages"] * 2
+
+
+def test_the_run_manifest_says_where_the_per_byte_copies_come_from(tmp_path):
+    import json
+
+    data = tiny_scenario(platform={"preset": "laptop-cpu", "nodes": 2, "node": {"devices": 1}}, workers=2)
+    path = tmp_path / "tcp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = subprocess.run([sys.executable, "-m", "simdist", "run", str(path), "--out", str(tmp_path / "out"),
+                           "--quiet"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [row["link_kind"] for row in manifest["message_copies"]] == ["ethernet-tcp"]

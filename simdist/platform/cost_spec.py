@@ -164,12 +164,13 @@ class MessageCostSpec(_Frozen):
 
     send_overhead: LatencySeconds = Field(0.0, description="o_s: sender CPU time per message, e.g. '0.4us'")
     recv_overhead: LatencySeconds = Field(0.0, description="o_r: receiver CPU time per message, e.g. '0.4us'")
-    send_overhead_per_byte: LatencySeconds = Field(0.0, description=(
+    send_overhead_per_byte: LatencySeconds | None = Field(None, description=(
         "O_s: sender CPU time per byte (LogGOPS), e.g. '0.17ns' for a copy into a socket buffer; it overlaps "
-        "the transfer, so it delays the sender's next work, not the message"))
-    recv_overhead_per_byte: LatencySeconds = Field(0.0, description=(
+        "the transfer, so it delays the sender's next work, not the message (default: the route's link kinds'"
+        " figure, 0 for DMA transports; docs/network.md)"))
+    recv_overhead_per_byte: LatencySeconds | None = Field(None, description=(
         "O_r: receiver CPU time per byte (LogGOPS), e.g. '0.17ns', charged to the receiver when it takes the "
-        "message in"))
+        "message in (default as send_overhead_per_byte)"))
     gap: LatencySeconds = Field(0.0, description="g: least interval between two messages one rank injects")
     eager_limit: Annotated[float, BeforeValidator(parse_size)] | None = Field(None, description=(
         "largest message sent eagerly; larger ones pay rendezvous_latency first (default: all eager)"))
@@ -179,17 +180,13 @@ class MessageCostSpec(_Frozen):
 
     @model_validator(mode="after")
     def _sourced(self):
-        charged = (self.send_overhead, self.recv_overhead, self.send_overhead_per_byte, self.recv_overhead_per_byte,
-                   self.gap, self.rendezvous_latency)
+        charged = (self.send_overhead, self.recv_overhead, self.send_overhead_per_byte or 0.0,
+                   self.recv_overhead_per_byte or 0.0, self.gap, self.rendezvous_latency)
         if any(charged) and not self.source:
             raise ValueError("messages needs source: say where the per-message figures come from")
         if self.rendezvous_latency and self.eager_limit is None:
             raise ValueError("rendezvous_latency needs eager_limit (the size above which it is paid)")
         return self
-
-    def send_cpu_s(self, nbytes: float) -> float:
-        """The sender's CPU time for one message of ``nbytes`` (LogGOPS ``o_s + O_s · bytes``)."""
-        return self.send_overhead + self.send_overhead_per_byte * nbytes
 
     def handshake_s(self, nbytes: float) -> float:
         """The rendezvous handshake a message of ``nbytes`` pays (0 when sent eagerly)."""

@@ -25,6 +25,10 @@ class LinkKind:
     latency_s: float
     bandwidth_Bps: float
     source: str
+    # CPU seconds per byte each end of a message spends copying it (LogGOPS O), for transports
+    # that move bytes through the ranks' CPUs; 0 where a DMA engine moves them (RDMA, NVLink)
+    cpu_per_byte_s: float = 0.0
+    cpu_source: str = ""
 
 
 LINK_KINDS: Registry[LinkKind] = Registry("link kind")
@@ -33,8 +37,10 @@ _CSV = "hardware_reference.csv"
 _INTRA_LATENCY = f"{_CSV}: mpi_latency_measured 'OCI BM.GPU4.8 GPU-GPU osu_latency 1 B ... intra-node' = 2.50 us"
 
 
-def _add(name: str, latency_s: float, bandwidth_Bps: float, description: str, source: str) -> None:
-    LINK_KINDS.add(name, LinkKind(name, latency_s, bandwidth_Bps, source), description, citation=source)
+def _add(name: str, latency_s: float, bandwidth_Bps: float, description: str, source: str, *,
+         cpu_per_byte_s: float = 0.0, cpu_source: str = "") -> None:
+    LINK_KINDS.add(name, LinkKind(name, latency_s, bandwidth_Bps, source, cpu_per_byte_s, cpu_source), description,
+                   citation=source)
 
 
 _add("nvlink3", 2.5e-6, 300e9, "NVLink 3 (A100), 300 GB/s per GPU and direction",
@@ -66,7 +72,11 @@ _add("ethernet-100g", 3.89e-6, 100e9 / 8, "100 Gb/s RoCEv2 Ethernet NIC",
      "'OCI BM.GPU4.8 GPU-GPU osu_latency 1 B inter-node (RoCE)' = 3.89 us")
 _add("ethernet-tcp", 19.17e-6, 6.24e9, "MPI over TCP on cloud Ethernet (Google Cloud c3-standard-176)",
      f"{_CSV}: mpi_latency_measured 'GCP c3-standard-176 TCP osu_latency 0 B' = 19.17 us; bandwidth: peak of "
-     "osu_bw_2nodes_tcp_ethernet.txt (6243 MB/s at 512 KiB)")
+     "osu_bw_2nodes_tcp_ethernet.txt (6243 MB/s at 512 KiB)",
+     cpu_per_byte_s=1 / 5996.96e6,
+     cpu_source="calibration/traces/osu_bibw_2nodes_tcp_ethernet.txt: 5996.96 MB/s both ways together at 512 KiB, "
+                "not twice osu_bw's 6243 MB/s one way: each rank's CPU copies what it sends and what it receives, "
+                "1 / 5997 MB/s per byte each (simdist calibrate trace --bibw-limit cpu; docs/network.md)")
 
 
 def link_kind(name: str) -> LinkKind:

@@ -30,6 +30,7 @@ from functools import cached_property
 
 from .devices import DEVICE_KINDS
 from .fabrics import make_fabric
+from .message_copies import MessageCopies
 from .routes import Link, LinkList, StripedRoute
 from .spec import LinkSpec, PlatformSpec
 
@@ -66,6 +67,7 @@ class Platform:
                       for k in range(spec.node_at(n).nics)] for n in range(spec.nodes)]
         self.fabric = make_fabric(self, spec)  # builds its own links after the ports and NICs
         self._routes: dict[tuple[int, int], tuple[Link, ...]] = {}
+        self.copies = MessageCopies(self)  # what a message's bytes cost the CPUs at its ends
 
     # -- construction -------------------------------------------------------------------
 

@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import SimulationError
+from ..platform.cost_spec import MessageCostSpec
 from .base import ANY, Message
 from .payloads import sent_copy
 from .requests import ReadyReceive, Request, SendRequest
 
 __all__ = ["MessageExecution"]
+
+_NO_MESSAGE_COSTS = MessageCostSpec()  # a platform without ``messages`` whose route still copies per byte
 
 
 @dataclass(eq=False)
@@ -60,16 +63,19 @@ class MessageExecution:
             request.delivered()
 
         route = self.platform.route(src, dst)
-        if self.message_costs is None:
+        copy_s = self.platform.copies.per_byte_s(src, dst)[0] * nbytes
+        if self.message_costs is None and not copy_s:
             self.network.transfer_then(route, nbytes, deliver, src=src, dst=dst)
         else:
-            self._send_with_costs(src, dst, route, nbytes, deliver)
+            self._send_with_costs(src, dst, route, nbytes, deliver, copy_s)
         return request
 
-    def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None]) -> None:
+    def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None],
+                         copy_s: float) -> None:
         """A message paying LogGP costs (``platform.messages``) around its links.
 
-        The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind,
+        The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind
+        (``copy_s``: ``O_s · bytes``, the route's, :mod:`simdist.platform.message_copies`),
         spends ``o_s + O_s · bytes`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`;
         only ``o_s`` delays the message, the copy overlaps its transfer), a message above
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
@@ -77,9 +83,9 @@ class MessageExecution:
         Under ``progress: on_call`` a message above the eager limit goes only once the receiver
         answers the handshake (:mod:`.progress`).
         """
-        costs, now = self.message_costs, self.env.now
+        costs, now = self.message_costs or _NO_MESSAGE_COSTS, self.env.now
         inject_s = max(now, self._next_injection_s.get(src, 0.0))
-        cpu_s = costs.send_cpu_s(nbytes)
+        cpu_s = costs.send_overhead + copy_s
         self._next_injection_s[src] = inject_s + max(costs.gap, cpu_s)  # its CPU copies one message at a time
         self._owe_cpu(src, cpu_s)
         delay_s = inject_s - now + costs.send_overhead + costs.handshake_s(nbytes) + \
@@ -110,8 +116,9 @@ class MessageExecution:
         the time it waited in a blocking receive while the message was on its way (its copy
         overlapped the transfer there; a message found by a poll or already in the mailbox
         owes it whole)."""
-        if self.message_costs is not None and self.message_costs.recv_overhead_per_byte:
-            self._owe_cpu(message.dst, self.message_costs.recv_overhead_per_byte * message.nbytes - waited_s)
+        per_byte_s = self.platform.copies.per_byte_s(message.src, message.dst)[1]
+        if per_byte_s:
+            self._owe_cpu(message.dst, per_byte_s * message.nbytes - waited_s)
         return message
 
     @staticmethod

@@ -71,19 +71,19 @@ class StepCosts:
 
     def copy_cpu_s(self, step) -> float:
         """The busiest rank's per-byte CPU in one step (LogGOPS ``O_s`` over the bytes it sends plus
-        ``O_r`` over those it receives; ``platform.messages``), 0 without them.
+        ``O_r`` over those it receives; :mod:`simdist.platform.message_copies`), 0 without them.
 
         It overlaps the step's transfers, as it overlaps a message's, so a step takes the longer
         of the two: a transport whose CPU cannot keep up with its links (MPI over TCP on a
         fast network) is bound by its CPU.
         """
-        costs = self.message_costs
-        if costs is None or not (costs.send_overhead_per_byte or costs.recv_overhead_per_byte):
-            return 0.0
+        per_byte_s = self.platform.copies.per_byte_s
         cpu: dict[int, float] = {}
         for t in step:
-            cpu[t.src] = cpu.get(t.src, 0.0) + costs.send_overhead_per_byte * t.nbytes
-            cpu[t.dst] = cpu.get(t.dst, 0.0) + costs.recv_overhead_per_byte * t.nbytes
+            send_s, recv_s = per_byte_s(t.src, t.dst)
+            if send_s or recv_s:
+                cpu[t.src] = cpu.get(t.src, 0.0) + send_s * t.nbytes
+                cpu[t.dst] = cpu.get(t.dst, 0.0) + recv_s * t.nbytes
         return max(cpu.values(), default=0.0)
 
     def extras(self, step) -> tuple[float, float]:
