@@ -59,7 +59,7 @@ def _input_errors_here(func: _F) -> _F:
 @_input_errors_here
 def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,  # noqa: A002 - the CLI's --set
         out: str | os.PathLike[str] | None = None, timing_only: bool | None = None, seed: int | None = None,
-        overwrite: bool = False, force: bool = False) -> Result:
+        overwrite: bool = False, force: bool = False, per_rank: bool = False) -> Result:
     """Simulate ``scenario`` and return its :class:`Result` (as ``simdist run``).
 
     ``scenario``: a scenario YAML path, a mapping (the YAML's content; relative paths from the
@@ -70,7 +70,7 @@ def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,  # noqa
     the scenario's seed. ``out``: also write the result directory there, atomically, as
     ``simdist run --out`` (an existing non-empty directory is refused unless ``overwrite`` and
     simdist wrote it; checked before simulating). ``force``: run past the work estimate
-    (docs/reliability.md).
+    (docs/reliability.md). ``per_rank``: one simulated process per rank, as ``--per-rank``.
     """
     overrides = _overrides(set)
     if timing_only is not None:
@@ -81,7 +81,7 @@ def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,  # noqa
     refuse_excess_work(validated, force=force)  # the input first, as simdist run
     if out is not None:
         check_out_dir(Path(out), kind="run", overwrite=overwrite)  # before simulating; checked again when written
-    result = simulate(validated)
+    result = simulate(validated, per_rank=per_rank)
     if out is None:
         return Result.from_run(result)
     path = write_result_dir(result, out, overwrite=overwrite, plots=validated.outputs.plots)

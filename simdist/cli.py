@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--parquet", action="store_true",
                      help="write every table as Parquet too (steps.parquet beside steps.csv ...; needs pyarrow)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stdout")
+    run.add_argument("--per-rank", action="store_true", help=(
+        "one simulated process per rank even where the workers could move as one lockstep process "
+        "(same results, slower: for debugging; manifest.json's execution says which ran)"))
     run.add_argument("--force", action="store_true",
                      help="run even where the work estimate exceeds the host's memory or 6 h (docs/reliability.md)")
 
@@ -155,7 +158,7 @@ def _cmd_run(args) -> int:
         require_parquet()  # before simulating: a missing pyarrow is known now
     progress = _LazyProgress(f"{scenario.name} ({scenario.algorithm_name})", not args.quiet and sys.stderr.isatty())
     try:
-        result = simulate(scenario, progress=progress)
+        result = simulate(scenario, progress=progress, per_rank=args.per_rank)
     finally:
         progress.close()
     path = write_result_dir(result, out, overwrite=args.overwrite, plots=scenario.outputs.plots and not args.no_plots,

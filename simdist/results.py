@@ -140,6 +140,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "collective_reduction": jsonable(result.extra.get("collective_reduction") or []),
         # per-byte CPU of messages (LogGOPS O): measured (platform.messages) or the link kinds' own
         "message_copies": jsonable(result.extra.get("message_copies") or []),
+        # the workers as one lockstep process or one process each, and why (simdist run --per-rank forces the latter)
+        "execution": jsonable(result.extra.get("execution") or {}),
         # per device and op (update, average, ...): measured by calibrate compute, or estimated
         "op_costs": jsonable(result.extra.get("op_costs") or []),
         # what a batch costs to load (per sample, measured, estimated or cited) and the loader model

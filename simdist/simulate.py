@@ -25,6 +25,7 @@ from typing import Any, Callable
 import simpy
 import torch
 
+from .algorithms.base import Algorithm
 from .assembly import assemble_run, epoch_end_costs, profile_paths
 from .errors import InputError
 from .faults import FaultInjector
@@ -86,6 +87,7 @@ class Simulation:
         self.scenario = scenario
         self.lockstep = lockstep  # let the algorithm run its workers as one cohort where results are equal
         self.cohort = False  # whether it did
+        self.execution: dict[str, str] = {}  # how the workers were run, and why (the manifest's ``execution``)
         self.progress = progress
         self.timing_only = scenario.workload.timing_only
         run = assemble_run(scenario)  # platform, workload, op costs, sharder, algorithm: as a real run builds them
@@ -229,7 +231,9 @@ class Simulation:
     def _spawn_processes(self) -> dict[int, simpy.Process]:
         """Each rank's process (rank -> process); workers of a cohort share one."""
         self.world.crash_possible = bool(self.scenario.faults.node_crash)
-        cohort = self.algorithm.cohort_process() if self.lockstep and self.world.cohort_supported else None
+        obstacle = "forced: one process per rank (--per-rank)" if not self.lockstep else self.world.cohort_obstacle()
+        cohort = self.algorithm.cohort_process() if obstacle is None else None
+        self.execution = _execution(self.algorithm, cohort, obstacle)
         if cohort is not None:
             process = self.world.spawn_cohort(self.workers, cohort)
             self.cohort = True
@@ -306,6 +310,7 @@ class Simulation:
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
                    "collective_reduction": self.world.reduction_basis(),
                    "message_copies": self.platform.copies.basis(),
+                   "execution": self.execution,
                    "data_loading": self.world.data_loading.describe(),
                    "validation_split": {"fraction": scenario.validation_split,
                                         "samples": self.workload.validation_size,
@@ -321,9 +326,24 @@ class Simulation:
                 "dropped_gradients": sum(dropped["gradients"].values())}
 
 
-def simulate(scenario: Scenario, *, progress: Progress | None = None) -> RunResult:
-    """Simulate ``scenario``; deterministic for a given scenario and seed."""
-    return Simulation(scenario, progress).execute()
+def simulate(scenario: Scenario, *, progress: Progress | None = None, per_rank: bool = False) -> RunResult:
+    """Simulate ``scenario``; deterministic for a given scenario and seed. ``per_rank``: one
+    process per rank even where the workers could move as one lockstep cohort (same results,
+    slower: for debugging the cohort; the manifest's ``execution`` says which ran)."""
+    return Simulation(scenario, progress, lockstep=not per_rank).execute()
+
+
+def _execution(algorithm: Any, cohort: Any, obstacle: str | None) -> dict[str, str]:
+    """How the workers run (``lockstep``: one process for all, :mod:`simdist.runtime.cohort`;
+    ``per_rank``: one process each) and why."""
+    if cohort is not None:
+        return {"mode": "lockstep", "why": "every worker runs the same step: one process moves them all"}
+    if obstacle is not None:
+        return {"mode": "per_rank", "why": obstacle}
+    if type(algorithm).cohort_process is Algorithm.cohort_process:
+        name = getattr(getattr(algorithm, "config", None), "name", type(algorithm).__name__)
+        return {"mode": "per_rank", "why": f"algorithm {name!r} has no lockstep form"}
+    return {"mode": "per_rank", "why": "the workers' own work differs by rank, so they leave a step apart"}
 
 
 RUN_GC_THRESHOLDS = (20_000, 20, 100)  # collector thresholds while a simulation runs (at least)

@@ -98,12 +98,23 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
 
     @property
     def cohort_supported(self) -> bool:
-        """Whether ranks can move as one cohort with the same results as one process each.
+        """Whether ranks can move as one cohort with the same results as one process each."""
+        return self.cohort_obstacle() is None
 
-        Not when node cores are shared (a rank's compute rate depends on what the ranks sharing
-        its cores do at each instant) or when nodes may crash (a crash stops some ranks mid-step).
+    def cohort_obstacle(self) -> str | None:
+        """Why ranks cannot move as one cohort here (None: nothing stops them).
+
+        Node cores that are shared (a rank's compute rate depends on what the ranks sharing its
+        cores do at each instant), nodes that may crash (a crash stops some ranks mid-step), and
+        epoch-end work that sets some ranks' loader workers apart.
         """
-        return self._cores is None and not self.crash_possible and not self._epoch_end_splits_loaders()
+        if self._cores is not None:
+            return "node cores are shared (platform.node.cores): each rank's rate depends on the others'"
+        if self.crash_possible:
+            return "nodes may crash (faults.node_crash): a crash stops some ranks mid-step"
+        if self._epoch_end_splits_loaders():
+            return "only some ranks' epoch-end work (the checkpoint's writer) delays their loader workers"
+        return None
 
     def _epoch_end_splits_loaders(self) -> bool:
         """Whether only some ranks' epoch-end work (the checkpoint's writer) would set their loader
