@@ -159,15 +159,15 @@ class MessageCostSpec(_Frozen):
     HPDC 2010): CPU time a rank spends per byte in its send or receive calls, such as MPI over
     TCP copying every byte between the user's buffer and the socket's. They overlap the
     message's transfer (a ping-pong's time per byte already holds them), so they take the
-    rank's CPU without delaying the message.
+    rank's CPU and delay the message only where the copy is slower than its links.
     """
 
     send_overhead: LatencySeconds = Field(0.0, description="o_s: sender CPU time per message, e.g. '0.4us'")
     recv_overhead: LatencySeconds = Field(0.0, description="o_r: receiver CPU time per message, e.g. '0.4us'")
     send_overhead_per_byte: LatencySeconds | None = Field(None, description=(
         "O_s: sender CPU time per byte (LogGOPS), e.g. '0.17ns' for a copy into a socket buffer; it overlaps "
-        "the transfer, so it delays the sender's next work, not the message (default: the route's link kinds'"
-        " figure, 0 for DMA transports; docs/network.md)"))
+        "the transfer, so it delays the sender's next work, and the message only where it is slower than the "
+        "links (default: the route's link kinds' figure, 0 for DMA transports; docs/network.md)"))
     recv_overhead_per_byte: LatencySeconds | None = Field(None, description=(
         "O_r: receiver CPU time per byte (LogGOPS), e.g. '0.17ns', charged to the receiver when it takes the "
         "message in (default as send_overhead_per_byte)"))

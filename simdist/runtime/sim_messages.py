@@ -9,8 +9,8 @@ lands in the receiver's mailbox, or wakes a receive already waiting for it. With
 overhead ``o_s`` (charged to its next compute or busy work), the rendezvous handshake above
 the eager limit, and the receiver's ``o_r``; and LogGOPS's per-byte CPU overheads, the
 sender's with ``o_s`` and the receiver's once it takes the message in (less what a blocking
-receive waited for it), both charged to the rank's next work and neither delaying the
-message (they overlap its transfer). Under ``progress: on_call`` a rendezvous message
+receive waited for it), both charged to the rank's next work; they overlap the message's
+transfer, which ends no earlier than the sender's copy. Under ``progress: on_call`` a rendezvous message
 goes only once the receiver is inside a runtime call (:mod:`.progress`).
 """
 
@@ -77,7 +77,7 @@ class MessageExecution:
         The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind
         (``copy_s``: ``O_s · bytes``, the route's, :mod:`simdist.platform.message_copies`),
         spends ``o_s + O_s · bytes`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`;
-        only ``o_s`` delays the message, the copy overlaps its transfer), a message above
+        the copy overlaps the transfer, which ends no earlier than the copy does), a message above
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
         the message is in its mailbox (and ``O_r · bytes`` once it takes it in, :meth:`_taken_in`).
         Under ``progress: on_call`` a message above the eager limit goes only once the receiver
@@ -95,11 +95,25 @@ class MessageExecution:
                 self.env.timeout(costs.recv_overhead).callbacks.append(lambda _event: deliver())
         else:
             arrived = deliver
+
+        def transfer() -> None:
+            done = arrived if not copy_s else self._not_before(self.env.now + delay_s + copy_s, arrived)
+            self.network.transfer_then(route, nbytes, done, src=src, dst=dst, latency_s=delay_s)
+
         if self.on_call is not None and costs.eager_limit is not None and nbytes > costs.eager_limit:
-            self.on_call.answer(dst, lambda: self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst,
-                                                                         latency_s=delay_s))
+            self.on_call.answer(dst, transfer)
             return
-        self.network.transfer_then(route, nbytes, arrived, src=src, dst=dst, latency_s=delay_s)
+        transfer()
+
+    def _not_before(self, floor_s: float, then: Callable[[], None]) -> Callable[[], None]:
+        """``then``, called no earlier than ``floor_s``: a message whose sender copies it more slowly
+        than its links carry it arrives once the copy is done (the last byte leaves after it)."""
+        def call() -> None:
+            if floor_s > self.env.now:
+                self.env.timeout(floor_s - self.env.now).callbacks.append(lambda _event: then())
+            else:
+                then()
+        return call
 
     def _owe_cpu(self, rank: int, seconds: float) -> None:
         """CPU time of the rank's message calls, paid before its next compute or busy work."""
