@@ -86,7 +86,6 @@ class Simulation:
     def __init__(self, scenario: Scenario, progress: Progress | None = None, *, lockstep: bool = True):
         self.scenario = scenario
         self.lockstep = lockstep  # let the algorithm run its workers as one cohort where results are equal
-        self.cohort = False  # whether it did
         self.execution: dict[str, str] = {}  # how the workers were run, and why (the manifest's ``execution``)
         self.progress = progress
         self.timing_only = scenario.workload.timing_only
@@ -228,6 +227,11 @@ class Simulation:
             return "completed"
         return "time_limit"
 
+    @property
+    def cohort(self) -> bool:
+        """Whether the workers moved as one lockstep cohort (``execution``)."""
+        return self.execution.get("mode") == "lockstep"
+
     def _spawn_processes(self) -> dict[int, simpy.Process]:
         """Each rank's process (rank -> process); workers of a cohort share one."""
         self.world.crash_possible = bool(self.scenario.faults.node_crash)
@@ -236,7 +240,6 @@ class Simulation:
         self.execution = _execution(self.algorithm, cohort, obstacle)
         if cohort is not None:
             process = self.world.spawn_cohort(self.workers, cohort)
-            self.cohort = True
             # the cohort's collectives are then the only traffic: each phase's outcome is fixed
             self.world.network_exclusive = not self.scenario.faults.link_degradation
             return {rank: process for rank in self.workers}

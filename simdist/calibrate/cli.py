@@ -314,7 +314,8 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     trace.add_argument("--bibw-limit", default="auto", choices=("auto", "cpu", "link"), help=(
         "what osu_bibw below twice osu_bw's bandwidth is put down to: cpu, each rank's CPU copying both "
         "directions' bytes (LogGOPS per-byte overheads); link, a cap on both directions together "
-        "(aggregate_bandwidth); auto (default): cpu for ethernet-tcp, link otherwise"))
+        "(aggregate_bandwidth); auto (default): cpu for link kinds that copy through the CPU (ethernet-tcp), "
+        "link otherwise"))
     trace.add_argument("--osu-ranks", type=int_between(2), default=2,
                        help="processes of OSU collective runs (default 2)")
     trace.add_argument("--ranks", type=int_between(2), default=None,

@@ -190,9 +190,6 @@ def per_byte_overheads(overheads: dict[str, Any]) -> dict[str, float]:
     return {name: float(slope) for name, slope in slopes.items() if slope > 0}
 
 
-CPU_COPY_KINDS = ("ethernet-tcp",)  # transports whose every byte the ranks' CPUs copy (the kernel's TCP stack)
-
-
 def apply_streaming(links: Sequence[LinkFit], bw_peak_Bps: float | None, bibw_peak_Bps: float | None,
                     gap_s: float | None, bibw_limit: str = "auto") -> list[str]:
     """What ``osu_bw``/``osu_bibw`` add to the point-to-point links fitted beside them; notes on what was done.
@@ -200,7 +197,8 @@ def apply_streaming(links: Sequence[LinkFit], bw_peak_Bps: float | None, bibw_pe
     ``bibw_peak_Bps`` is the per-direction peak of a bidirectional test. Both directions
     together moved twice that; when that total is below twice the link's one-way bandwidth,
     something the two directions share was the limit (``bibw_limit``; ``auto``: ``cpu`` for
-    the kinds in :data:`CPU_COPY_KINDS`, ``link`` for the rest):
+    link kinds whose bytes the ranks' CPUs copy, those with a ``cpu_per_byte_s`` of their own
+    in :mod:`simdist.platform.links` (``ethernet-tcp``), ``link`` for the rest):
 
     * ``link``: the link itself, whose ``aggregate_bandwidth`` it becomes (clamped to
       [bandwidth, 2 x bandwidth], the range a platform allows);
@@ -243,7 +241,7 @@ def apply_streaming(links: Sequence[LinkFit], bw_peak_Bps: float | None, bibw_pe
 def _bibw_limit(choice: str, kind: str) -> str:
     """``cpu`` or ``link``: what a bidirectional deficit is put down to on a link of ``kind``."""
     if choice == "auto":
-        return "cpu" if kind in CPU_COPY_KINDS else "link"
+        return "cpu" if kind in LINK_KINDS and LINK_KINDS.get(kind).cpu_per_byte_s > 0 else "link"
     return choice
 
 

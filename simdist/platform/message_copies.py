@@ -52,10 +52,8 @@ class MessageCopies:
                 rows.append({"side": side, "per_byte_s": given, "basis": "platform.messages",
                              "source": messages.source})
         if None in self._given:
-            kinds = sorted({link.kind for link in self.platform.links})
-            for kind in kinds:
-                if kind in LINK_KINDS and LINK_KINDS.get(kind).cpu_per_byte_s > 0:
-                    kind_spec = LINK_KINDS.get(kind)
-                    rows.append({"side": "unset sides", "link_kind": kind, "per_byte_s": kind_spec.cpu_per_byte_s,
-                                 "basis": "link kind default", "source": kind_spec.cpu_source})
+            kinds = [LINK_KINDS.get(kind) for kind in sorted({link.kind for link in self.platform.links})
+                     if kind in LINK_KINDS]
+            rows += [{"side": "unset sides", "link_kind": kind.name, "per_byte_s": kind.cpu_per_byte_s,
+                      "basis": "link kind default", "source": kind.cpu_source} for kind in kinds if kind.cpu_per_byte_s > 0]
         return rows
