@@ -19,7 +19,8 @@ class Flow:
     """A transfer in progress."""
 
     __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices",
-                 "counted_indices", "weight", "rate_Bps", "started_s", "busy_from_s")
+                 "counted_indices", "weight", "rate_Bps", "started_s", "busy_from_s", "updated_s", "order",
+                 "finish_seq")
 
     def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
                  dst: int | None = None, link_indices: tuple[int, ...] | None = None,
@@ -39,6 +40,9 @@ class Flow:
         self.rate_Bps = 0.0
         self.started_s = 0.0
         self.busy_from_s = 0.0  # a lone flow: its links' busy time is counted up to here
+        self.updated_s = 0.0  # ``remaining`` is as of this instant (it moves at ``rate_Bps`` since)
+        self.order = 0  # when it started moving among the shared flows, as a sequence number
+        self.finish_seq = -1  # its current entry in the network's finish-time heap (-1: none)
 
     def __repr__(self) -> str:
         return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"

@@ -3,7 +3,7 @@
 :class:`LinkUsage` is the recorder behind ``link_usage.csv`` and the trace's link counter
 tracks. The flow network reports every interval during which a link carried bytes at a
 constant rate (a lone flow's whole transfer through ``add``; shared flows' rates at every
-re-solve through :meth:`RateSegments.rates_now`, which closes an interval only where a link's
+re-solve through :meth:`RateSegments.rates_at`, which closes an interval only where a link's
 rate changed); the recorder spreads each
 interval's bytes and flow-seconds over the bins it overlaps in proportion to the overlap, so
 a bin holds exactly what crossed the link in it. From a bin's bytes comes the link's mean
@@ -60,9 +60,10 @@ class UsageProfile:
 class RateSegments:
     """Turns the links' summed rates, told at every re-solve, into constant-rate intervals.
 
-    The flow network calls :meth:`rates_now` with every link's summed flow rate and flow count
-    whenever rates are solved; only links whose figures changed close an interval (from their
-    last change to now, at the old figures), handed to ``add_many`` in one vectorized call.
+    The flow network calls :meth:`rates_at` with the summed flow rate and flow count of every
+    link whose flows it re-solved (:meth:`rates_now`: of every link); only links whose
+    figures changed close an interval (from their last change to now, at the old figures),
+    handed to ``add_many`` in one vectorized call.
     A link carrying the same flows at the same rates across many events costs nothing until
     its rate changes. :meth:`close` ends every open interval (the end of a run).
     """
@@ -74,17 +75,25 @@ class RateSegments:
 
     def rates_now(self, rate: np.ndarray, flows: np.ndarray, now_s: float) -> None:
         """Every link's summed rate (B/s) and flow count from ``now_s`` on."""
-        changed = np.flatnonzero((rate != self._rate) | (flows != self._flows))
-        if not len(changed):
+        self.rates_at(np.arange(len(self._rate)), rate, flows, now_s)
+
+    def rates_at(self, links: np.ndarray, rate: np.ndarray, flows: np.ndarray, now_s: float) -> None:
+        """The summed rate (B/s) and flow count of ``links`` (distinct link indices) from ``now_s``
+        on; other links keep theirs."""
+        old_rate, old_flows = self._rate[links], self._flows[links]
+        moved = (rate != old_rate) | (flows != old_flows)
+        if not moved.any():
             return
-        ending = changed[(self._flows[changed] > 0) & (self._since[changed] < now_s)]
-        if len(ending):
-            since = self._since[ending]
-            length = now_s - since
-            self.add_many(ending, since, np.full(len(ending), now_s), self._rate[ending] * length,
-                          self._flows[ending] * length)
+        changed = links[moved]
+        was_rate, was_flows, since = old_rate[moved], old_flows[moved], self._since[changed]
+        ending = (was_flows > 0) & (since < now_s)
+        if ending.any():
+            length = now_s - since[ending]
+            self.add_many(changed[ending], since[ending], np.full(int(ending.sum()), now_s),
+                          was_rate[ending] * length, was_flows[ending] * length)
         self._since[changed] = now_s
-        self._rate, self._flows = rate, flows
+        self._rate[changed] = rate[moved]
+        self._flows[changed] = flows[moved]
 
     def close(self, now_s: float) -> None:
         """End every open interval at ``now_s``."""

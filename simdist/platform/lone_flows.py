@@ -11,7 +11,7 @@ either way.
 shortcut is an optimisation on top of the flow life cycle, not part of it: it reads the
 network's state (``env``, ``lone_shortcut``, ``active``, ``_lone``, ``_capacity``,
 ``_link_active``, ``_link_busy_since``, ``link_busy_s``) and calls its life cycle
-(``_start_after``, ``_advance``, ``_resolve_soon``, ``_account_end``).
+(``_start_after``, ``_add_active``, ``_resolve_soon``, ``_account_end``).
 """
 
 from __future__ import annotations
@@ -89,11 +89,10 @@ class LoneFlows:
         if now < flow.started_s:  # still paying latency: it starts when it would have
             self._start_after(flow, flow.started_s - now)
             return
-        self._advance(now)
         if self.usage is not None:
             self._record_lone(flow, now)
         flow.remaining = flow.nbytes - flow.rate_Bps * (now - flow.started_s)
-        self.active.append(flow)
+        self._add_active(flow, now)
         for i in flow.link_indices:
             self._link_active[i] += 1
             self._link_busy_since[i] = flow.busy_from_s

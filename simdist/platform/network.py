@@ -4,7 +4,9 @@ A transfer of ``nbytes`` over a route first pays the route's latency, then becom
 The rates of all active flows are the max-min fair allocation over the links they cross
 (:mod:`.maxmin`), re-solved whenever a flow starts or ends; between those instants every
 flow moves at a constant rate, so the next completion time is known exactly and one timer
-is enough. Contention — many workers pushing to one parameter server, several groups
+is enough. A re-solve covers only the flows connected to the links that changed (the
+allocation decomposes over connected components: :mod:`.flow_components`); the others keep
+their rates and predicted finish times, held in a heap. Contention — many workers pushing to one parameter server, several groups
 crossing one uplink — emerges from this, not from special cases.
 
 How flows share a bottleneck is a *sharing rule* (:data:`SHARING_RULES`, chosen by the
@@ -27,13 +29,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from itertools import chain
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..registry import Registry
 from .flow import Flow
+from .flow_components import FinishTimes, LinkFlows
 from .lone_flows import LoneFlows
 from .maxmin import max_min_rates, max_min_rounds, weighted_max_min_rates
 from .sharing import MIN_RTT_S, SHARING_RULES, rtt_weight
@@ -73,11 +75,14 @@ class FlowNetwork(LoneFlows):
         self.lone_shortcut = lone_shortcut
         self._capacity = [link.bandwidth_Bps for link in self.links]
         self._windows: dict[int, list[float]] = {}  # link index -> factors of open degradation windows
-        self.active: list[Flow] = []
+        self.active: dict[Flow, None] = {}  # the shared flows moving on their links, in the order they started
+        self._link_flows = LinkFlows(len(self.links))
+        self._finish = FinishTimes()
+        self._dirty: dict[int, None] = {}  # links whose flows or capacity changed since the last re-solve
+        self._armed_for = math.inf  # the instant the completion timer is set for (inf: none set)
         self._lone: dict[int, Flow] = {}  # link index -> the lone flow holding it (see _go_alone)
         self._paying_latency: set[Flow] = set()  # ordinary flows sent, not on their links yet
         self._routes: dict[int, tuple] = {}  # id of a route tuple -> its facts (see _route_facts)
-        self._last_advance_s = 0.0
         self._timer_generation = 0
         self._resolve_pending = False
         self.link_bytes = [0.0] * len(self.links)
@@ -168,7 +173,7 @@ class FlowNetwork(LoneFlows):
 
     def in_flight(self) -> list[Flow]:
         """Flows sent whose last byte has not arrived: moving, lone, or still paying latency."""
-        return self.active + self._lone_flows() + list(self._paying_latency)
+        return list(self.active) + self._lone_flows() + list(self._paying_latency)
 
     @property
     def idle(self) -> bool:
@@ -181,7 +186,6 @@ class FlowNetwork(LoneFlows):
         Overlapping windows multiply; a link's capacity is recomputed from its nominal
         bandwidth, so closing every window restores it exactly. Rates re-solve at this instant.
         """
-        self._advance(self.env.now)
         for index in link_indices:
             if index in self._lone:  # its rate changes: it shares the re-solve from now on
                 self._join(self._lone[index])
@@ -194,6 +198,7 @@ class FlowNetwork(LoneFlows):
             for f in windows:
                 capacity *= f
             self._capacity[index] = capacity
+            self._dirty[index] = None
         if self.active:
             self._resolve_soon()
 
@@ -234,8 +239,7 @@ class FlowNetwork(LoneFlows):
             return
         if self._lone:
             self._claim(flow)
-        self._advance(now)
-        self.active.append(flow)
+        self._add_active(flow, now)
         for i in flow.link_indices:
             if self._link_active[i] == 0:
                 self._link_busy_since[i] = now
@@ -247,70 +251,95 @@ class FlowNetwork(LoneFlows):
         else:
             self._resolve_soon()
 
+    def _add_active(self, flow: Flow, now: float) -> None:
+        """``flow`` moves among the shared flows from ``now`` (its rate is solved with its links')."""
+        flow.updated_s = now
+        self.active[flow] = None
+        self._link_flows.add(flow)
+        self._dirty.update(dict.fromkeys(flow.link_indices))
+
     def _resolve_soon(self) -> None:
         """Re-solve once at the end of this instant, however many flows start in it."""
         if self._resolve_pending:
             return
         self._resolve_pending = True
-        self._timer_generation += 1  # a completion timer due now was computed with stale rates
         event = self.env.event()
         event.callbacks.append(self._deferred_resolve)
         event.succeed()
 
     def _deferred_resolve(self, _event) -> None:
         self._resolve_pending = False
-        self._advance(self.env.now)
         self._resolve_and_schedule()
 
-    def _advance(self, now: float) -> None:
-        dt = now - self._last_advance_s
-        if dt > 0:
-            for flow in self.active:
-                flow.remaining -= flow.rate_Bps * dt
-        self._last_advance_s = now
-
-    def _note_usage_rates(self, rates: Sequence[float]) -> None:
-        """Tell the usage recorder every counting link's summed rate and flow count as just solved
-        (``rates``: the active flows', in order)."""
-        n = len(self._capacity)
-        counted = [f.counted_indices for f in self.active]
-        lengths = np.fromiter(map(len, counted), dtype=np.int64, count=len(counted))
-        links = np.fromiter(chain.from_iterable(counted), dtype=np.int64, count=int(lengths.sum()))
-        rates = np.repeat(np.array(rates, dtype=float), lengths)
-        self.usage.rates_now(np.bincount(links, rates, minlength=n), np.bincount(links, minlength=n).astype(float),
-                             self.env.now)
+    def _note_usage_rates(self, flows: Sequence[Flow], links: dict[int, None]) -> None:
+        """Tell the usage recorder the summed rate and flow count, as just solved, of every link
+        the re-solved ``flows`` count bytes on, and of ``links`` (those that changed)."""
+        rate: dict[int, float] = dict.fromkeys(links, 0.0)
+        count: dict[int, float] = dict.fromkeys(links, 0.0)
+        for flow in flows:
+            for i in flow.counted_indices:
+                rate[i] = rate.get(i, 0.0) + flow.rate_Bps
+                count[i] = count.get(i, 0.0) + 1.0
+        n = len(rate)
+        self.usage.rates_at(np.fromiter(rate, dtype=np.int64, count=n),
+                            np.fromiter(rate.values(), dtype=float, count=n),
+                            np.fromiter(count.values(), dtype=float, count=n), self.env.now)
 
     def _resolve_and_schedule(self) -> None:
+        """New rates for the flows connected to the links that changed; the timer set for the
+        next last byte anywhere."""
         if not self.active:
+            self._dirty = {}
             if self.usage is not None:
                 self.usage.close(self.env.now)  # nothing moves on any link now
             return
+        dirty, self._dirty = self._dirty, {}
+        if dirty:
+            flows = self._link_flows.component(dirty)
+            if flows:
+                self._solve(flows)
+            if self.usage is not None:
+                self._note_usage_rates(flows, dirty)
+        self._arm_timer()
+
+    def _solve(self, flows: list[Flow]) -> None:
+        """Max-min rates of one set of components; each flow's bytes moved so far at its old rate
+        are taken off first, and its last byte predicted at the new one."""
         self.solves += 1
+        routes = [f.link_indices for f in flows]
         if self._weight_of is None:
-            rates = max_min_rates([f.link_indices for f in self.active], self._capacity)
+            rates = max_min_rates(routes, self._capacity)
         else:
-            rates = weighted_max_min_rates([f.link_indices for f in self.active], self._capacity,
-                                           [f.weight for f in self.active])
-        for flow, rate in zip(self.active, rates):
+            rates = weighted_max_min_rates(routes, self._capacity, [f.weight for f in flows])
+        now, finish = self.env.now, self._finish
+        for flow, rate in zip(flows, rates):
+            if flow.updated_s != now:
+                flow.remaining -= flow.rate_Bps * (now - flow.updated_s)
+                flow.updated_s = now
             flow.rate_Bps = rate
-        if self.usage is not None:
-            self._note_usage_rates(rates)
-        next_s = min(max(f.remaining, 0.0) / f.rate_Bps for f in self.active)
+            finish.predict(flow, now)
+
+    def _arm_timer(self) -> None:
+        """Set the completion timer for the earliest predicted last byte, unless one is set earlier."""
+        next_s = self._finish.next_s()
+        if next_s >= self._armed_for or next_s == math.inf:
+            return
+        self._armed_for = next_s
         self._timer_generation += 1
         generation = self._timer_generation
-        self.env.timeout(next_s).callbacks.append(lambda _event: self._on_timer(generation))
+        self.env.timeout(max(next_s - self.env.now, 0.0)).callbacks.append(
+            lambda _event: self._on_timer(generation, next_s))
 
-    def _on_timer(self, generation: int) -> None:
+    def _on_timer(self, generation: int, armed_for: float) -> None:
         if generation != self._timer_generation:
-            return  # superseded by a re-solve
+            return  # superseded by an earlier one
+        self._armed_for = math.inf
         now = self.env.now
-        self._advance(now)
-        finished = [f for f in self.active if f.remaining <= _RELATIVE_EPS * f.nbytes + 1e-6]
-        if not finished:  # rounding left a sliver: finish the nearest flow
-            finished = [min(self.active, key=lambda f: f.remaining / f.rate_Bps)]
-        done = set(map(id, finished))
-        self.active = [f for f in self.active if id(f) not in done]
+        finished = self._finish.due(max(now, armed_for), now, _RELATIVE_EPS)
         for flow in finished:
+            del self.active[flow]
+            self._link_flows.remove(flow)
+            self._dirty.update(dict.fromkeys(flow.link_indices))
             for i in flow.link_indices:
                 self._link_active[i] -= 1
                 if self._link_active[i] == 0:
