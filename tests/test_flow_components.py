@@ -128,11 +128,14 @@ def test_the_component_of_a_link_is_every_flow_reachable_through_shared_links_in
     made = [Flow((), 1.0, lambda: None, link_indices=route) for route in [(0, 1), (4,), (1, 2), (2, 3), (5,)]]
     for flow in made:
         flows.add(flow)
-    assert flows.component([3]) == [made[0], made[2], made[3]]
-    assert flows.component([4, 5]) == [made[1], made[4]]
+    moving = dict.fromkeys(made)
+    assert flows.component([3], moving) == [made[0], made[2], made[3]]
+    assert flows.component([4, 5], moving) == [made[1], made[4]]
+    del moving[made[2]]
     flows.remove(made[2])  # the chain 0-1 | 2-3 breaks
-    assert flows.component([3]) == [made[3]]
-    assert flows.component([0]) == [made[0]]
+    assert flows.component([3], moving) == [made[3]]
+    assert flows.component([0], moving) == [made[0]]
+    assert flows.component([4, 3, 0, 5], moving) == [made[0], made[1], made[3], made[4]]  # all of them
 
 
 def test_the_usage_recorder_gets_each_re_solved_links_rate_and_closes_a_link_whose_flows_all_left():

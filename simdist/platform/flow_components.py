@@ -24,6 +24,8 @@ from .flow import Flow
 
 __all__ = ["LinkFlows", "FinishTimes"]
 
+_MANY = 32  # flows on one changed link from which a re-solve may take every moving flow (LinkFlows.component)
+
 
 class LinkFlows:
     """The moving flows on each link, and the components they form."""
@@ -49,11 +51,18 @@ class LinkFlows:
             if flows is not None:
                 flows.pop(flow, None)
 
-    def component(self, links: Iterable[int]) -> list[Flow]:
-        """Every moving flow connected to ``links`` through shared links, in the order they started
-        (the order the whole-network solve took them in)."""
-        on = self._on
+    def component(self, links: Iterable[int], moving: dict[Flow, None]) -> list[Flow]:
+        """Every flow of ``moving`` (all that move, in the order they started) connected to
+        ``links`` through shared links, in that order, or more of ``moving`` where that is
+        cheaper: all of them as soon as one of ``links`` carries a quarter of them and at least
+        :data:`_MANY` (many workers pushing to one server), or once the search has found them
+        all. Solving flows of other components with them changes no rate."""
+        on, everyone = self._on, len(moving)
         seen_links = set(links)
+        for i in seen_links:  # a link that carries a quarter of them: solving them all costs little more
+            flows = on[i]
+            if flows and len(flows) >= _MANY and 4 * len(flows) >= everyone:
+                return list(moving)
         stack = list(seen_links)
         found: dict[Flow, None] = {}
         while stack:
@@ -68,6 +77,8 @@ class LinkFlows:
                     if i not in seen_links:
                         seen_links.add(i)
                         stack.append(i)
+            if len(found) == everyone:
+                return list(moving)
         if len(found) < 2:
             return list(found)
         return sorted(found, key=_start_order)
@@ -85,12 +96,36 @@ class FinishTimes:
         self._heap: list[tuple[float, int, Flow]] = []
         self._seq = itertools.count()
 
-    def predict(self, flow: Flow, now_s: float) -> None:
-        """Push ``flow``'s last byte at its current rate (``flow.remaining`` as of ``now_s``)."""
-        seq = next(self._seq)
-        flow.finish_seq = seq
-        if flow.rate_Bps > 0:
-            heapq.heappush(self._heap, (now_s + max(flow.remaining, 0.0) / flow.rate_Bps, seq, flow))
+    def rerate(self, flows: list[Flow], rates: list[float], now_s: float, moving: int) -> None:
+        """``flows`` move at ``rates`` from ``now_s``: the bytes each moved since its last change
+        are taken off at its old rate, and its last byte is entered at the new one.
+
+        A flow whose rate is unchanged keeps its entry. Each re-rated flow leaves a stale entry
+        behind. When the new entries are many against the heap (a component re-solved at every
+        event: many workers and one server), or the stale ones outnumber the ``moving`` flows
+        by far, the heap is rebuilt from its current entries and the new ones, in linear time;
+        otherwise the new ones are pushed one by one."""
+        seqs = self._seq
+        entries = []
+        for flow, rate in zip(flows, rates):
+            if rate == flow.rate_Bps and flow.finish_seq >= 0:
+                continue  # solved with a changed component, its own rate unchanged: its entry holds
+            if flow.updated_s != now_s:
+                flow.remaining -= flow.rate_Bps * (now_s - flow.updated_s)
+                flow.updated_s = now_s
+            flow.rate_Bps = rate
+            flow.finish_seq = seq = next(seqs)
+            if rate > 0:
+                entries.append((now_s + max(flow.remaining, 0.0) / rate, seq, flow))
+        heap = self._heap
+        if 2 * len(entries) >= len(heap) or len(heap) > 4 * moving + 64:
+            heap = [entry for entry in heap if entry[2].finish_seq == entry[1]]
+            heap += entries
+            heapq.heapify(heap)
+            self._heap = heap
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
 
     @staticmethod
     def forget(flow: Flow) -> None:

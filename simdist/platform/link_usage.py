@@ -40,6 +40,7 @@ DEFAULT_MAX_BINS = 200  # bins per link at most (the run ends with 100-200 of th
 FIRST_BIN_S = 1e-6  # the narrowest bin; widths are this times a power of two
 _FLUSH_EVERY = 4096  # buffered intervals that trigger a binning pass
 _COLUMNS = 5  # link, start_s, end_s, bytes, flow_s
+_LINK_BY_LINK = 24  # links told at once up to which RateSegments.rates_at goes link by link
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,14 @@ class RateSegments:
         """Every link's summed rate (B/s) and flow count from ``now_s`` on."""
         self.rates_at(np.arange(len(self._rate)), rate, flows, now_s)
 
-    def rates_at(self, links: np.ndarray, rate: np.ndarray, flows: np.ndarray, now_s: float) -> None:
+    def rates_at(self, links: Sequence[int], rate: Sequence[float], flows: Sequence[float], now_s: float) -> None:
         """The summed rate (B/s) and flow count of ``links`` (distinct link indices) from ``now_s``
-        on; other links keep theirs."""
+        on; other links keep theirs. A few links (a re-solve of a small component) go link by
+        link, which costs less than array operations at that size."""
+        if len(links) <= _LINK_BY_LINK:
+            self._rates_link_by_link(links, rate, flows, now_s)
+            return
+        links, rate, flows = np.asarray(links, dtype=np.int64), np.asarray(rate, float), np.asarray(flows, float)
         old_rate, old_flows = self._rate[links], self._flows[links]
         moved = (rate != old_rate) | (flows != old_flows)
         if not moved.any():
@@ -94,6 +100,24 @@ class RateSegments:
         self._since[changed] = now_s
         self._rate[changed] = rate[moved]
         self._flows[changed] = flows[moved]
+
+    def _rates_link_by_link(self, links: Sequence[int], rate: Sequence[float], flows: Sequence[float],
+                            now_s: float) -> None:
+        """:meth:`rates_at` one link at a time (each closed interval through ``add``)."""
+        rates, counts, since = self._rate, self._flows, self._since
+        for link, new_rate, new_flows in zip(links, rate, flows):
+            was_rate, was_flows = float(rates[link]), float(counts[link])
+            if new_rate == was_rate and new_flows == was_flows:
+                continue
+            start = float(since[link])
+            if was_flows > 0 and start < now_s:
+                length = now_s - start
+                self.add(int(link), start, now_s, was_rate * length, was_flows * length)
+            since[link], rates[link], counts[link] = now_s, new_rate, new_flows
+
+    def add(self, link: int, start_s: float, end_s: float, nbytes: float,
+            flow_s: float) -> None:  # pragma: no cover - every recorder defines it
+        raise NotImplementedError
 
     def close(self, now_s: float) -> None:
         """End every open interval at ``now_s``."""

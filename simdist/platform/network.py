@@ -6,8 +6,9 @@ The rates of all active flows are the max-min fair allocation over the links the
 flow moves at a constant rate, so the next completion time is known exactly and one timer
 is enough. A re-solve covers only the flows connected to the links that changed (the
 allocation decomposes over connected components: :mod:`.flow_components`); the others keep
-their rates and predicted finish times, held in a heap. Contention — many workers pushing to one parameter server, several groups
-crossing one uplink — emerges from this, not from special cases.
+their rates and predicted finish times, held in a heap. Contention — many workers pushing to
+one parameter server, several groups crossing one uplink — emerges from this, not from
+special cases.
 
 How flows share a bottleneck is a *sharing rule* (:data:`SHARING_RULES`, chosen by the
 platform's ``fabric.sharing``): ``max-min`` gives them equal shares; ``rtt-weighted`` gives
@@ -29,9 +30,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from itertools import chain
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
 
 from ..registry import Registry
 from .flow import Flow
@@ -45,6 +48,7 @@ __all__ = ["max_min_rates", "max_min_rounds", "weighted_max_min_rates", "Flow", 
            "SHARING_RULES", "MIN_RTT_S", "rtt_weight"]
 
 _RELATIVE_EPS = 1e-9  # a flow this close to its size (relative) has finished
+_USAGE_BY_FLOW = 8  # re-solved flows up to which their links' usage is summed flow by flow, not in arrays
 _ROUTES_KEPT = 1 << 16  # route tuples whose facts a network keeps (a platform has one per rank pair in use)
 
 
@@ -274,16 +278,26 @@ class FlowNetwork(LoneFlows):
     def _note_usage_rates(self, flows: Sequence[Flow], links: dict[int, None]) -> None:
         """Tell the usage recorder the summed rate and flow count, as just solved, of every link
         the re-solved ``flows`` count bytes on, and of ``links`` (those that changed)."""
+        if len(flows) > _USAGE_BY_FLOW:
+            counted = [f.counted_indices for f in flows]
+            lengths = np.fromiter(map(len, counted), dtype=np.int64, count=len(counted))
+            flat = np.fromiter(chain.from_iterable(counted), dtype=np.int64, count=int(lengths.sum()))
+            rates = np.repeat(np.fromiter((f.rate_Bps for f in flows), dtype=float, count=len(flows)), lengths)
+            n = len(self._capacity)
+            count = np.bincount(flat, minlength=n)
+            told = count > 0
+            told[list(links)] = True
+            told = np.flatnonzero(told)
+            self.usage.rates_at(told, np.bincount(flat, rates, minlength=n)[told], count[told].astype(float),
+                                self.env.now)
+            return
         rate: dict[int, float] = dict.fromkeys(links, 0.0)
         count: dict[int, float] = dict.fromkeys(links, 0.0)
         for flow in flows:
             for i in flow.counted_indices:
                 rate[i] = rate.get(i, 0.0) + flow.rate_Bps
                 count[i] = count.get(i, 0.0) + 1.0
-        n = len(rate)
-        self.usage.rates_at(np.fromiter(rate, dtype=np.int64, count=n),
-                            np.fromiter(rate.values(), dtype=float, count=n),
-                            np.fromiter(count.values(), dtype=float, count=n), self.env.now)
+        self.usage.rates_at(list(rate), list(rate.values()), list(count.values()), self.env.now)
 
     def _resolve_and_schedule(self) -> None:
         """New rates for the flows connected to the links that changed; the timer set for the
@@ -295,7 +309,7 @@ class FlowNetwork(LoneFlows):
             return
         dirty, self._dirty = self._dirty, {}
         if dirty:
-            flows = self._link_flows.component(dirty)
+            flows = self._link_flows.component(dirty, self.active)
             if flows:
                 self._solve(flows)
             if self.usage is not None:
@@ -311,13 +325,7 @@ class FlowNetwork(LoneFlows):
             rates = max_min_rates(routes, self._capacity)
         else:
             rates = weighted_max_min_rates(routes, self._capacity, [f.weight for f in flows])
-        now, finish = self.env.now, self._finish
-        for flow, rate in zip(flows, rates):
-            if flow.updated_s != now:
-                flow.remaining -= flow.rate_Bps * (now - flow.updated_s)
-                flow.updated_s = now
-            flow.rate_Bps = rate
-            finish.predict(flow, now)
+        self._finish.rerate(flows, rates, self.env.now, len(self.active))
 
     def _arm_timer(self) -> None:
         """Set the completion timer for the earliest predicted last byte, unless one is set earlier."""
