@@ -151,10 +151,11 @@ ADJUST: dict[str, Adjust] = {
         "one (nodes, batch) point of the six, 3 steps", append=("--nodes", "32", "--batch", "512", "--steps", "3")),
     "python benchmarks/nsoftsync_staleness.py": Adjust("one n of the four", append=("--n", "2")),
     "python benchmarks/timing_only_scale.py": Adjust(
-        "a speed benchmark: 3 steps, one repeat, per-rank reference up to 64 GPUs; the per-algorithm table "
-        "for two algorithms at 8 and 16 GPUs, 2 steps",
-        append=("--steps", "3", "--repeats", "1", "--reference-up-to", "64", "--algorithms", "sync", "asgd",
-                "--gpus", "8", "16", "--algorithm-steps", "2", "--algorithm-repeats", "1")),
+        "a speed benchmark: 3 steps, one repeat, per-rank reference up to 64 GPUs; the 16,384-GPU run for "
+        "one step; the per-algorithm table for two algorithms at 8 and 16 GPUs, 2 steps",
+        append=("--steps", "3", "--repeats", "1", "--reference-up-to", "64", "--largest-steps", "1",
+                "--algorithms", "sync", "asgd", "--gpus", "8", "16", "--algorithm-steps", "2",
+                "--algorithm-repeats", "1")),
     "python benchmarks/timing_only_scale.py --skip-sync-table --gpus 64 256 1024 --algorithms nnt daso": Adjust(
         "a speed benchmark: the two algorithms at 8 and 16 GPUs, 2 steps, one repeat",
         append=("--gpus", "8", "16", "--algorithm-steps", "2", "--algorithm-repeats", "1")),
