@@ -4,7 +4,8 @@ Reference: a plain event loop written here, which re-solves max-min over *every*
 whenever any flow starts or ends and advances every flow between events (what the network
 did before it re-solved by component). The network, with and without its lone-flow shortcut,
 must finish every transfer when the reference does, on random links, routes, sizes and start
-times that make several components come and go. Small cases check the bookkeeping directly:
+times that make several components come and go, with or without a window that cuts one link's
+capacity for a while. Small cases check the bookkeeping directly:
 a change on one component leaves the other's rates and finish times alone, and the usage
 recorder sees every link's rate as solved.
 """
@@ -44,18 +45,21 @@ def traffic(draw, max_links=7, max_flows=10):
     return capacity, latency, draw(st.lists(flow, min_size=1, max_size=max_flows))
 
 
-def reference_finish_times(capacity, latency, flows) -> list[float]:
-    """Every transfer's end: whole-network max-min re-solved at every start and end."""
+def reference_finish_times(capacity, latency, flows, window=None) -> list[float]:
+    """Every transfer's end: whole-network max-min re-solved at every start and end (and where
+    ``window`` = (link, factor, opens, closes) changes a link's capacity)."""
     arrivals = sorted((start + sum(latency[k] for k in route), i) for i, (route, _, start) in enumerate(flows))
+    changes = [] if window is None else [(window[2], window[1]), (window[3], 1.0)]
     remaining = {}
     finish = [math.nan] * len(flows)
-    now = 0.0
+    now, capacity_now = 0.0, list(capacity)
     while arrivals or remaining:
         moving = sorted(remaining)
-        rates = _max_min_rates_python([flows[i][0] for i in moving], capacity) if moving else []
+        rates = _max_min_rates_python([flows[i][0] for i in moving], capacity_now) if moving else []
         next_end = min((remaining[i] / r for i, r in zip(moving, rates)), default=math.inf)
         next_arrival = arrivals[0][0] - now if arrivals else math.inf
-        dt = min(next_end, next_arrival)
+        next_change = changes[0][0] - now if changes else math.inf
+        dt = min(next_end, next_arrival, next_change)
         for i, r in zip(moving, rates):
             remaining[i] -= r * dt
         now += dt
@@ -63,16 +67,24 @@ def reference_finish_times(capacity, latency, flows) -> list[float]:
             if remaining[i] <= 1e-9 * flows[i][1] + 1e-6:
                 finish[i] = now
                 del remaining[i]
+        while changes and changes[0][0] <= now:
+            factor = changes.pop(0)[1]
+            capacity_now[window[0]] = capacity[window[0]] * factor
         while arrivals and arrivals[0][0] <= now:
             _, i = arrivals.pop(0)
             remaining[i] = flows[i][1]
     return finish
 
 
-def network_finish_times(capacity, latency, flows, *, lone_shortcut: bool) -> tuple[FlowNetwork, list[float]]:
+def network_finish_times(capacity, latency, flows, *, lone_shortcut: bool,
+                         window=None) -> tuple[FlowNetwork, list[float]]:
     env = simpy.Environment()
     links = _links(capacity, latency)
     net = FlowNetwork(env, links, lone_shortcut=lone_shortcut)
+    if window is not None:
+        link, factor, opens, closes = window
+        env.timeout(opens).callbacks.append(lambda _e: net.degrade([link], factor, active=True))
+        env.timeout(closes).callbacks.append(lambda _e: net.degrade([link], factor, active=False))
     finish = [math.nan] * len(flows)
 
     def one(i, route, nbytes, start):
@@ -87,11 +99,15 @@ def network_finish_times(capacity, latency, flows, *, lone_shortcut: bool) -> tu
 
 
 @settings(max_examples=150, deadline=None)
-@given(traffic(), st.booleans())
-def test_re_solving_by_component_finishes_every_transfer_when_a_whole_network_solve_does(case, lone):
+@given(traffic(), st.booleans(), st.one_of(st.none(), st.tuples(st.integers(0, 6), st.sampled_from([0.25, 0.5]),
+                                                                  st.floats(0.01, 0.3), st.floats(0.31, 1.0))))
+def test_re_solving_by_component_finishes_every_transfer_when_a_whole_network_solve_does(case, lone, window):
+    """Also with a window that cuts one link's capacity for a while (a re-solve of its component)."""
     capacity, latency, flows = case
-    net, finish = network_finish_times(capacity, latency, flows, lone_shortcut=lone)
-    expected = reference_finish_times(capacity, latency, flows)
+    if window is not None and window[0] >= len(capacity):
+        window = None
+    net, finish = network_finish_times(capacity, latency, flows, lone_shortcut=lone, window=window)
+    expected = reference_finish_times(capacity, latency, flows, window)
     assert finish == [pytest.approx(t, rel=REL, abs=1e-12) for t in expected]
     assert not net.active and net.idle
 
