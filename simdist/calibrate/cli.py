@@ -93,8 +93,9 @@ def _cmd_network(args: argparse.Namespace) -> int:
     if "messages" in overlay:
         m = overlay["messages"]
         parts = [f"{name} {format_time(m[key])}" for name, key in (("send overhead", "send_overhead"),
-                 ("receive overhead", "recv_overhead"), ("gap", "gap"), ("rendezvous handshake", "rendezvous_latency"))
-                 if m.get(key)]
+                 ("receive overhead", "recv_overhead"), ("send overhead after compute", "send_overhead_after_compute"),
+                 ("receive overhead after compute", "recv_overhead_after_compute"), ("gap", "gap"),
+                 ("rendezvous handshake", "rendezvous_latency")) if m.get(key)]
         parts += [f"{name} {m[key] * 1e9:.3g} ns/B" for name, key in (("send per byte", "send_overhead_per_byte"),
                                                                        ("receive per byte", "recv_overhead_per_byte"))
                   if m.get(key)]

@@ -4,9 +4,9 @@
 
 Rank 0 ping-pongs with one peer of each link class — the first rank on its own host
 (``intra``) and the first on another host (``inter``) — and measures the LogP send and
-receive overheads and the gap of small messages with it (:func:`_overheads`), and the same
-overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, while the
-other ranks wait; then all
+receive overheads and the gap of small messages with it (:func:`_overheads`), the same
+overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, and the small
+messages' again with cold caches (:func:`_cold_overheads`), while the other ranks wait; then all
 ranks run ``MPI_Allreduce`` on float32 buffers. Every size gets two warm-up operations and a
 probe (the fastest of three) that sets its repetition count so the size takes about
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
@@ -27,11 +27,11 @@ import json
 import socket
 import sys
 import time
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import cache_evictor, last_level_cache_bytes, logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["DEFAULT_SIZES", "main"]
 
@@ -63,16 +63,27 @@ def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: i
 
 
 PER_BYTE_SIZE, PER_BYTE_MESSAGES = 1 << 20, 64  # the large messages whose overheads give the per-byte slope
+COLD_MESSAGES = 64  # small messages timed with cold caches (each after a write of twice the last-level cache)
 
 
-def _overheads(comm, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
+def _overheads(comm, peer: int, count: int = 2000, size: int = 8,
+               before_each: Callable[[], None] | None = None) -> dict[str, float] | None:
     """LogP overheads of ``Isend`` (the call returns once the eager message is buffered) and of a
     ``Recv`` of a message already there, between rank 0 and ``peer`` (:func:`.sweep_timing.logp_overheads`)."""
     buf = np.zeros(size, dtype=np.uint8)
     return logp_overheads(comm, peer, post=lambda: comm.Isend([buf, size], dest=peer, tag=_TAG + 2),
                           settle=lambda requests: [request.Wait() for request in requests],
                           receive=lambda: comm.Recv([buf, size], source=0, tag=_TAG + 2),
-                          count=count, size=size, tag=_TAG + 3)
+                          count=count, size=size, tag=_TAG + 3, before_each=before_each)
+
+
+def _cold_overheads(overheads_of, peer: int) -> dict[str, Any] | None:
+    """The overheads of small messages again, each call with cold caches (a
+    :func:`.sweep_timing.cache_evictor` runs before it on both ranks): in a training step the
+    first message call after the forward/backward finds the caches full of the step's data, so
+    the library's code and state come from memory (the overlay's ``*_overhead_after_compute``)."""
+    cold = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=cache_evictor())
+    return None if cold is None else {**cold, "evicted_bytes": 2 * last_level_cache_bytes()}
 
 
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
@@ -157,8 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = pingpong_of(peer, sizes, args.budget_s, args.batches)
             overheads = overheads_of(peer)
             large = overheads_of(peer, count=PER_BYTE_MESSAGES, size=PER_BYTE_SIZE)  # LogGOPS O: the slope
+            cold = _cold_overheads(overheads_of, peer)  # o_s, o_r of the first call after compute
             if rank == 0:
-                overheads["large"] = large
+                overheads["large"], overheads["cold"] = large, cold
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)

@@ -159,6 +159,13 @@ def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
         link.latency_s -= o_s + o_r
         link.basis += "; minus the measured send and receive overheads (messages.send_overhead, recv_overhead)"
         messages.update(send_overhead=o_s, recv_overhead=o_r)
+        cold = overheads.get("cold")
+        if cold:  # the same calls, each after the caches were filled with other data
+            messages.update(send_overhead_after_compute=float(cold["send_overhead_s"]),
+                            recv_overhead_after_compute=float(cold["recv_overhead_s"]))
+            measured += (f"; after compute (send_overhead_after_compute, recv_overhead_after_compute): the medians "
+                         f"of {cold['messages']} calls of {cold['size_bytes']} B, each after "
+                         f"{cold['evicted_bytes'] >> 20} MiB were written (caches cold)")
     else:  # the CPU time overlaps the transfer on this transport: splitting it out would overcharge
         link.basis += (f"; the measured overheads (o_s {o_s:.3g} s + o_r {o_r:.3g} s) are not below the eager "
                        "intercept, so they overlap the transfer here and stay in the latency")

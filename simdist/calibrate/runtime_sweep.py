@@ -27,7 +27,7 @@ lets them (a core of their own), and MPI's progress thread runs where the librar
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .sweep_timing import logp_overheads, pair_repetitions, repetitions, sweep
 
@@ -84,7 +84,8 @@ class RuntimePath:
 
         return sweep(sizes, timed, decide, budget_s, batches)
 
-    def overheads(self, peer: int, count: int = 2000, size: int = 8) -> dict[str, float] | None:
+    def overheads(self, peer: int, count: int = 2000, size: int = 8,
+                  before_each: Callable[[], None] | None = None) -> dict[str, float] | None:
         """LogP overheads of the runtime's send and receive between rank 0 and ``peer`` (rank 0 sends;
         :func:`.sweep_timing.logp_overheads`)."""
         rt, driver = self.rt, self.driver
@@ -92,7 +93,7 @@ class RuntimePath:
         return logp_overheads(self.world.comm, peer, post=lambda: rt.send(peer, payload, _TAG + 2),
                               settle=lambda _sends: self._forget(),  # buffered: complete at the call
                               receive=lambda: driver.wait(rt.recv(0, _TAG + 2)),
-                              count=count, size=size, tag=_TAG + 3)
+                              count=count, size=size, tag=_TAG + 3, before_each=before_each)
 
     def allreduce(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
         """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""

@@ -11,7 +11,42 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads"]
+__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "cache_evictor", "last_level_cache_bytes"]
+
+_CACHE_FALLBACK_BYTES = 32 << 20  # a last-level cache as large as the largest common ones, where sysfs says nothing
+
+
+def last_level_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The size of the host's largest data or unified cache (Linux sysfs), else 32 MiB."""
+    import glob
+    import os
+
+    sizes = []
+    for index in glob.glob(os.path.join(sysfs, "index*")):
+        try:
+            with open(os.path.join(index, "type")) as kind, open(os.path.join(index, "size")) as size:
+                if kind.read().strip() == "Instruction":
+                    continue
+                text = size.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else _CACHE_FALLBACK_BYTES
+
+
+def cache_evictor(nbytes: int | None = None) -> Callable[[], None]:
+    """A call that writes ``nbytes`` (default twice the last-level cache) of a buffer of its own, so
+    that what a timed call touches next comes from memory, as it does after a training step's
+    compute has filled the caches with its own data."""
+    buffer = np.zeros(nbytes or 2 * last_level_cache_bytes(), dtype=np.uint8)
+
+    def evict() -> None:
+        np.add(buffer, 1, out=buffer)
+
+    return evict
 
 
 def repetitions(probe_s: float, budget_s: float, batches: int, lo: int = 2, hi: int = 100_000) -> int:
@@ -51,19 +86,24 @@ def pair_repetitions(comm: Any, peer: int, probe_s: float, budget_s: float, batc
 
 
 def logp_overheads(comm: Any, peer: int, post: Callable[[], Any], settle: Callable[[list], None],
-                   receive: Callable[[], None], *, count: int, size: int, tag: int) -> dict[str, float] | None:
+                   receive: Callable[[], None], *, count: int, size: int, tag: int,
+                   before_each: Callable[[], None] | None = None) -> dict[str, float] | None:
     """LogP overheads between rank 0 and ``peer``, as Culler et al. measure them (rank 0 sends).
 
     Rank 0 ``post()``s ``count`` small messages, timing each call (``send_overhead_s``: how long
     posting one keeps the sender) and the whole stream (``gap_s`` per message), then
     ``settle``s what the posts returned. ``peer`` sleeps until all have arrived, then times each
     ``receive()`` of a message already there (``recv_overhead_s``). Medians; None on ``peer``.
-    ``comm`` carries the control messages (pickling ``send``/``recv``).
+    ``comm`` carries the control messages (pickling ``send``/``recv``). ``before_each`` runs
+    untimed before every timed call on both ranks (a :func:`cache_evictor`: calls with cold
+    caches); the stream's gap then includes it and is not kept.
     """
     if comm.Get_rank() == 0:
         posts, handles = [], []
         stream_start = time.perf_counter()
         for _ in range(count):
+            if before_each is not None:
+                before_each()
             start = time.perf_counter()
             handles.append(post())
             posts.append(time.perf_counter() - start)
@@ -71,12 +111,15 @@ def logp_overheads(comm: Any, peer: int, post: Callable[[], Any], settle: Callab
         comm.send(None, dest=peer, tag=tag)  # before settling: a rendezvous send completes only once received
         settle(handles)
         recv_s = comm.recv(source=peer, tag=tag + 1)
-        return {"send_overhead_s": float(np.median(posts)), "gap_s": stream_s / count,
-                "recv_overhead_s": recv_s, "size_bytes": size, "messages": count}
+        timed = {"send_overhead_s": float(np.median(posts)), "recv_overhead_s": recv_s, "size_bytes": size,
+                 "messages": count}
+        return timed if before_each is not None else {**timed, "gap_s": stream_s / count}
     comm.recv(source=0, tag=tag)
     time.sleep(0.05)  # every message has arrived: a receive now only takes it in
     receives = []
     for _ in range(count):
+        if before_each is not None:
+            before_each()
         start = time.perf_counter()
         receive()
         receives.append(time.perf_counter() - start)

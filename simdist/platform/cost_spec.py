@@ -171,6 +171,13 @@ class MessageCostSpec(_Frozen):
     recv_overhead_per_byte: LatencySeconds | None = Field(None, description=(
         "O_r: receiver CPU time per byte (LogGOPS), e.g. '0.17ns', charged to the receiver when it takes the "
         "message in (default as send_overhead_per_byte)"))
+    send_overhead_after_compute: LatencySeconds | None = Field(None, description=(
+        "o_s of the first send call a rank makes after a forward/backward, whose data has displaced the "
+        "library's code and buffers from the caches (calibrate network times it with cold caches); "
+        "default send_overhead"))
+    recv_overhead_after_compute: LatencySeconds | None = Field(None, description=(
+        "o_r of the first receive a rank takes in after a forward/backward, charged to its CPU like "
+        "send_overhead_after_compute (default recv_overhead)"))
     gap: LatencySeconds = Field(0.0, description="g: least interval between two messages one rank injects")
     eager_limit: Annotated[float, BeforeValidator(parse_size)] | None = Field(None, description=(
         "largest message sent eagerly; larger ones pay rendezvous_latency first (default: all eager)"))
@@ -181,12 +188,25 @@ class MessageCostSpec(_Frozen):
     @model_validator(mode="after")
     def _sourced(self):
         charged = (self.send_overhead, self.recv_overhead, self.send_overhead_per_byte or 0.0,
-                   self.recv_overhead_per_byte or 0.0, self.gap, self.rendezvous_latency)
+                   self.recv_overhead_per_byte or 0.0, self.send_overhead_after_compute or 0.0,
+                   self.recv_overhead_after_compute or 0.0, self.gap, self.rendezvous_latency)
         if any(charged) and not self.source:
             raise ValueError("messages needs source: say where the per-message figures come from")
         if self.rendezvous_latency and self.eager_limit is None:
             raise ValueError("rendezvous_latency needs eager_limit (the size above which it is paid)")
         return self
+
+    def send_overhead_s(self, after_compute: bool) -> float:
+        """``o_s`` of a send call, the first after a forward/backward or not."""
+        if after_compute and self.send_overhead_after_compute is not None:
+            return self.send_overhead_after_compute
+        return self.send_overhead
+
+    def recv_extra_after_compute_s(self) -> float:
+        """What the first receive after a forward/backward costs its CPU beyond ``o_r``."""
+        if self.recv_overhead_after_compute is None:
+            return 0.0
+        return max(self.recv_overhead_after_compute - self.recv_overhead, 0.0)
 
     def handshake_s(self, nbytes: float) -> float:
         """The rendezvous handshake a message of ``nbytes`` pays (0 when sent eagerly)."""

@@ -79,6 +79,7 @@ class ComputeExecution:
         runs forward/backward on it; the request's value is the gradient."""
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
+        self._after_compute.add(rank)  # its next message call finds the caches full of this step's data
         if self._cores is not None:
             return self._shared_compute(rank, replica, batch)
         owed = self._owed_cpu_s(rank)

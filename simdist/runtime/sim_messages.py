@@ -47,6 +47,8 @@ class MessageExecution:
         self._recv_waiters: dict[int, list[_RecvWaiter]] = {r: [] for r in ranks}
         self._next_injection_s: dict[int, float] = {}  # rank -> earliest time its next message may leave
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
+        # ranks whose last work was a forward/backward: their next message call runs with cold caches
+        self._after_compute: set[int] = set()
 
     def send(self, src: int, dst: int, payload: Any, tag: int = 0, *, handover: bool = False) -> Request:
         if not 0 <= dst < self.platform.size:
@@ -64,14 +66,22 @@ class MessageExecution:
 
         route = self.platform.route(src, dst)
         copy_s = self.platform.copies.per_byte_s(src, dst)[0] * nbytes
+        after_compute = self._first_call_after_compute(src)
         if self.message_costs is None and not copy_s:
             self.network.transfer_then(route, nbytes, deliver, src=src, dst=dst)
         else:
-            self._send_with_costs(src, dst, route, nbytes, deliver, copy_s)
+            self._send_with_costs(src, dst, route, nbytes, deliver, copy_s, after_compute)
         return request
 
+    def _first_call_after_compute(self, rank: int) -> bool:
+        """Whether this message call is the rank's first since a forward/backward (its caches cold)."""
+        if rank in self._after_compute:
+            self._after_compute.discard(rank)
+            return True
+        return False
+
     def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None],
-                         copy_s: float) -> None:
+                         copy_s: float, after_compute: bool = False) -> None:
         """A message paying LogGP costs (``platform.messages``) around its links.
 
         The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind
@@ -80,15 +90,18 @@ class MessageExecution:
         the copy overlaps the transfer, which ends no earlier than the copy does), a message above
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
         the message is in its mailbox (and ``O_r · bytes`` once it takes it in, :meth:`_taken_in`).
+        The first send after a forward/backward (``after_compute``) pays the ``o_s`` measured
+        with cold caches, where the platform has one.
         Under ``progress: on_call`` a message above the eager limit goes only once the receiver
         answers the handshake (:mod:`.progress`).
         """
         costs, now = self.message_costs or _NO_MESSAGE_COSTS, self.env.now
         inject_s = max(now, self._next_injection_s.get(src, 0.0))
-        cpu_s = costs.send_overhead + copy_s
+        send_overhead = costs.send_overhead_s(after_compute)
+        cpu_s = send_overhead + copy_s
         self._next_injection_s[src] = inject_s + max(costs.gap, cpu_s)  # its CPU copies one message at a time
         self._owe_cpu(src, cpu_s)
-        delay_s = inject_s - now + costs.send_overhead + costs.handshake_s(nbytes) + \
+        delay_s = inject_s - now + send_overhead + costs.handshake_s(nbytes) + \
             self.platform.route_latency_s(src, dst)
         if costs.recv_overhead > 0:
             def arrived() -> None:
@@ -126,13 +139,17 @@ class MessageExecution:
         return self._cpu_owed_s.pop(rank, 0.0) if self._cpu_owed_s else 0.0
 
     def _taken_in(self, message: Message, waited_s: float = 0.0) -> Message:
-        """A message its receiver takes in: the receiver owes its per-byte receive overhead, less
-        the time it waited in a blocking receive while the message was on its way (its copy
-        overlapped the transfer there; a message found by a poll or already in the mailbox
-        owes it whole)."""
+        """A message its receiver takes in: the receiver owes its per-byte receive overhead (and,
+        the first after a forward/backward, what a receive with cold caches costs beyond
+        ``o_r``), less the time it waited in a blocking receive while the message was on its way
+        (the work overlapped the transfer there; a message found by a poll or already in the
+        mailbox owes it whole)."""
         per_byte_s = self.platform.copies.per_byte_s(message.src, message.dst)[1]
-        if per_byte_s:
-            self._owe_cpu(message.dst, per_byte_s * message.nbytes - waited_s)
+        cold_s = 0.0
+        if self._first_call_after_compute(message.dst) and self.message_costs is not None:
+            cold_s = self.message_costs.recv_extra_after_compute_s()
+        if per_byte_s or cold_s:
+            self._owe_cpu(message.dst, per_byte_s * message.nbytes + cold_s - waited_s)
         return message
 
     @staticmethod

@@ -1,0 +1,130 @@
+"""The first message call after a forward/backward costs what a call with cold caches costs.
+
+A training step's compute fills the caches with its own data, so the send that follows it (a
+gradient push, a neighbour's gradient) runs the library's code from memory. ``calibrate
+network`` times the small-message send and receive again with the caches emptied before each
+call (``overheads["cold"]``), the overlay writes them as ``messages.send_overhead_after_compute``
+and ``recv_overhead_after_compute``, and the simulator charges them to the first send, and the
+first message taken in, after each forward/backward; later calls pay the ordinary overheads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from simdist.calibrate.overlay import LinkFit, apply_overheads
+from simdist.calibrate.sweep_timing import cache_evictor, last_level_cache_bytes
+from simdist.platform.cost_spec import MessageCostSpec
+from simdist.training.replica import PhantomTensor
+
+from conftest import build_platform, build_world
+
+HOT = {"send_overhead": "5us", "recv_overhead": "4us", "source": "hand-made"}
+COLD = {**HOT, "send_overhead_after_compute": "50us", "recv_overhead_after_compute": "30us"}
+
+
+class _Batch:
+    size = 4
+
+
+def _world(messages):
+    return build_world(2, platform=build_platform("laptop-cpu", node={"devices": 2}, messages=messages))
+
+
+def _overhead_spans(world, rank):
+    return [s.end_s - s.start_s for s in world.recorder.spans if s.rank == rank and s.name == "message overhead"]
+
+
+def test_the_first_send_after_a_forward_backward_pays_the_cold_overhead_and_the_next_the_ordinary_one():
+    world = _world(COLD)
+
+    def sender(rt):
+        yield rt.compute(None, _Batch())
+        rt.send(1, PhantomTensor(1))
+        rt.send(1, PhantomTensor(1))
+        yield rt.busy(1e-3, "apply")
+        rt.send(1, PhantomTensor(1))  # after busy work, not a forward/backward: warm
+        yield rt.busy(1e-3, "apply")
+
+    world.spawn(0, sender(world.runtime(0)))
+    world.spawn(1, (lambda rt: (yield from (rt.recv(0) for _ in range(3))))(world.runtime(1)))
+    world.env.run()
+    assert _overhead_spans(world, 0) == [pytest.approx(55e-6), pytest.approx(5e-6)]
+
+
+def test_the_first_message_taken_in_after_a_forward_backward_costs_the_receiver_the_cold_extra():
+    world = _world(COLD)
+
+    def sender(rt):
+        rt.send(1, PhantomTensor(1))
+        rt.send(1, PhantomTensor(1))
+        yield rt.busy(1e-3, "idle")
+
+    def receiver(rt):
+        yield rt.compute(None, _Batch())  # both messages arrive while it computes
+        yield rt.busy(1e-3, "before the poll")  # owes nothing yet: nothing taken in
+        assert rt.poll(0) is not None and rt.poll(0) is not None
+        yield rt.busy(1e-3, "apply")
+
+    world.spawn(0, sender(world.runtime(0)))
+    world.spawn(1, receiver(world.runtime(1)))
+    world.env.run()
+    assert _overhead_spans(world, 1) == [pytest.approx(30e-6 - 4e-6)]  # once, beyond o_r (a delivery delay)
+
+
+def test_without_after_compute_figures_every_call_pays_the_ordinary_overhead():
+    world = _world(HOT)
+
+    def sender(rt):
+        yield rt.compute(None, _Batch())
+        rt.send(1, PhantomTensor(1))
+        yield rt.busy(1e-3, "apply")
+
+    world.spawn(0, sender(world.runtime(0)))
+    world.spawn(1, (lambda rt: (yield rt.recv(0)))(world.runtime(1)))
+    world.env.run()
+    assert _overhead_spans(world, 0) == [pytest.approx(5e-6)]
+
+
+@pytest.mark.parametrize("field", ["send_overhead_after_compute", "recv_overhead_after_compute"])
+def test_after_compute_overheads_must_be_times_and_have_a_source(field):
+    with pytest.raises(ValidationError, match=field):
+        MessageCostSpec(**{field: "-1us", "source": "x"})
+    with pytest.raises(ValidationError, match="source"):
+        MessageCostSpec(**{field: "1us"})
+
+
+def _link():
+    return LinkFit(field="intra_link", kind="shm", latency_s=1e-3, bandwidth_Bps=1e9, basis="fit", source="sweep.json",
+                   table=None)
+
+
+def test_the_overlay_writes_the_cold_calls_as_the_overheads_after_compute():
+    link = _link()
+    small = {"send_overhead_s": 20e-6, "recv_overhead_s": 10e-6, "gap_s": 30e-6, "size_bytes": 8, "messages": 2000}
+    cold = {"send_overhead_s": 300e-6, "recv_overhead_s": 200e-6, "size_bytes": 8, "messages": 64,
+            "evicted_bytes": 64 << 20}
+    apply_overheads(link, {**small, "cold": cold})
+    m = link.messages
+    assert (m["send_overhead"], m["recv_overhead"]) == (20e-6, 10e-6)  # split out of the hot ping-pong's latency
+    assert (m["send_overhead_after_compute"], m["recv_overhead_after_compute"]) == (300e-6, 200e-6)
+    assert "each after 64 MiB were written" in m["source"]
+    assert link.latency_s == pytest.approx(1e-3 - 30e-6)
+
+
+def test_the_cache_evictor_writes_twice_the_last_level_cache_and_sysfs_is_read(tmp_path):
+    for index, (kind, size) in enumerate([("Data", "48K"), ("Instruction", "32K"), ("Unified", "1024K"),
+                                          ("Unified", "32768K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "type").write_text(kind + "\n")
+        (folder / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 32 << 20
+    assert last_level_cache_bytes(str(tmp_path / "missing")) == 32 << 20  # the fallback
+    evict = cache_evictor(1 << 16)
+    buffer = next(cell.cell_contents for cell in evict.__closure__ if isinstance(cell.cell_contents, np.ndarray))
+    evict()
+    evict()
+    assert buffer.size == 1 << 16 and np.all(buffer == 2)  # every byte written, each call
