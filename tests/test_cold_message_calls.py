@@ -128,3 +128,34 @@ def test_the_cache_evictor_writes_twice_the_last_level_cache_and_sysfs_is_read(t
     evict()
     evict()
     assert buffer.size == 1 << 16 and np.all(buffer == 2)  # every byte written, each call
+
+
+def test_a_sender_that_then_blocks_on_a_receive_spends_its_send_overhead_before_waiting_not_after():
+    """Its send call returns before it can wait: the overhead is a span at the start of the wait,
+    and the compute after the reply starts when the reply is in (not once more delayed by it)."""
+    world = _world(COLD)
+
+    def worker(rt):
+        yield rt.compute(None, _Batch())
+        rt.send(1, PhantomTensor(1))
+        yield rt.recv(1)
+        yield rt.compute(None, _Batch())
+
+    def server(rt):
+        yield rt.recv(0)
+        rt.send(0, PhantomTensor(1))
+        yield rt.busy(1e-3, "idle")
+
+    world.spawn(0, worker(world.runtime(0)))
+    world.spawn(1, server(world.runtime(1)))
+    world.env.run()
+    spans = [(s.kind, s.name, s.start_s, s.end_s) for s in world.recorder.spans if s.rank == 0]
+    names = [(kind, name) for kind, name, _, _ in spans]
+    assert names[:3] == [("compute", "forward/backward"), ("comm", "message overhead"), ("wait", "recv")]
+    first_end = spans[0][3]
+    assert spans[1][2:] == (pytest.approx(first_end), pytest.approx(first_end + 50e-6))
+    assert spans[2][2] == pytest.approx(first_end + 50e-6)  # waiting begins once the call has returned
+    second = [span for span in spans if span[1] == "forward/backward"][1]
+    received = max(end for kind, name, _, end in spans if name == "recv")
+    assert second[2] == pytest.approx(received)  # nothing owed is left to delay it
+    assert names.count(("comm", "message overhead")) == 1

@@ -151,12 +151,16 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 value = request.ready_value
                 continue
             waited_from = self.env.now
+            # a blocking receive starts once the rank's send calls have returned: their CPU first
+            spending = self.spend_owed_cpu(rank) if request.kind == "comm" and request.name == "recv" else None
             if on_call is not None and request.kind == "comm":  # inside a runtime call while it waits
                 on_call.wait(rank, request)
                 value = yield request.event
                 on_call.resumed(rank)
             else:
                 value = yield request.event
+            if spending is not None and not spending.processed:
+                yield spending
             if rank in self.crashed:  # the node died while this rank waited: it never runs again
                 if request.kind == "compute":
                     self._count_drop("gradients", rank, 1)

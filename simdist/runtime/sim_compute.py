@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import simpy
+
 from ..ledger import OVERHEAD_SPAN, work_span_name
 from ..platform.network import FlowNetwork
 from ..platform.topology import Link, Platform
@@ -236,6 +238,29 @@ class ComputeExecution:
         if self.on_call is not None:
             self.on_call.computing(rank, request.event)
         return request
+
+    def spend_owed_cpu(self, rank: int) -> simpy.Event | None:
+        """The CPU the rank's message calls still owe, spent now (a ``message overhead`` span), as a
+        rank about to block on a receive does: its send calls return before it can wait. An
+        event that fires when it is spent; None when nothing is owed."""
+        owed = self._owed_cpu_s(rank)
+        if owed <= 0:
+            return None
+        env, start = self.env, self.env.now
+        if self._cores is None:
+            self.recorder.span(rank, "comm", OVERHEAD_SPAN, start, start + owed)
+            self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + owed)
+            return env.timeout(owed)
+        done = env.event()
+        self._enter_pool(rank)
+
+        def finish() -> None:
+            self._leave_pool(rank)
+            self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
+            done.succeed()
+
+        self._stages_on_cores(rank, [(OVERHEAD_SPAN, owed * (self.platform.devices[rank].cpus or 1.0))], finish)
+        return done
 
     def inference(self, rank: int, samples: int, run: Callable[[], Any] | None = None,
                   name: str = "inference") -> Request:
