@@ -25,6 +25,7 @@ from simdist.platform.link_usage import UsageLog
 from simdist.platform.maxmin import _max_min_rates_python
 from simdist.platform.network import FlowNetwork
 from simdist.platform.topology import Link
+from test_network import _run as run_flows
 
 REL = 1e-9
 
@@ -78,23 +79,9 @@ def reference_finish_times(capacity, latency, flows, window=None) -> list[float]
 
 def network_finish_times(capacity, latency, flows, *, lone_shortcut: bool,
                          window=None) -> tuple[FlowNetwork, list[float]]:
-    env = simpy.Environment()
-    links = _links(capacity, latency)
-    net = FlowNetwork(env, links, lone_shortcut=lone_shortcut)
-    if window is not None:
-        link, factor, opens, closes = window
-        env.timeout(opens).callbacks.append(lambda _e: net.degrade([link], factor, active=True))
-        env.timeout(closes).callbacks.append(lambda _e: net.degrade([link], factor, active=False))
-    finish = [math.nan] * len(flows)
-
-    def one(i, route, nbytes, start):
-        yield env.timeout(start)
-        yield net.transfer([links[k] for k in route], nbytes)
-        finish[i] = env.now
-
-    for i, flow in enumerate(flows):
-        env.process(one(i, *flow))
-    env.run()
+    """The network's finish times (``test_network._run``, which starts each flow at its time)."""
+    net, finish, _ = run_flows(capacity, latency, [(route, nbytes, start, 0, 1) for route, nbytes, start in flows],
+                               lone_shortcut=lone_shortcut, degrade=window)
     return net, finish
 
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import cache_evictor, last_level_cache_bytes, logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import cache_evictor, cache_flush_bytes, logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["DEFAULT_SIZES", "main"]
 
@@ -63,7 +63,7 @@ def _pingpong(comm, peer: int, sizes: Sequence[int], budget_s: float, batches: i
 
 
 PER_BYTE_SIZE, PER_BYTE_MESSAGES = 1 << 20, 64  # the large messages whose overheads give the per-byte slope
-COLD_MESSAGES = 64  # small messages timed with cold caches (each after a write of twice the last-level cache)
+COLD_MESSAGES = 64  # small messages timed with cold caches (each after a write of twice the largest cache)
 
 
 def _overheads(comm, peer: int, count: int = 2000, size: int = 8,
@@ -83,7 +83,7 @@ def _cold_overheads(overheads_of, peer: int) -> dict[str, Any] | None:
     first message call after the forward/backward finds the caches full of the step's data, so
     the library's code and state come from memory (the overlay's ``*_overhead_after_compute``)."""
     cold = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=cache_evictor())
-    return None if cold is None else {**cold, "evicted_bytes": 2 * last_level_cache_bytes()}
+    return None if cold is None else {**cold, "evicted_bytes": cache_flush_bytes()}
 
 
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:

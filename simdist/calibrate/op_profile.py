@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from ..training.data import Batch
+from .sweep_timing import cache_flush_bytes  # shared with the network sweep's cold calls
 from ..training.data_loading import LABEL_ELEMENTS
 from ..training.replica import Replica
 
@@ -102,23 +103,6 @@ def _kernels(params: int, device: str, place: Callable) -> dict[str, Callable[[]
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def cache_flush_bytes(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """Twice the largest CPU cache the OS reports (64 MiB when it reports none), at most 1 GiB:
-    enough written bytes to evict a buffer from every level."""
-    sizes = []
-    for entry in (os.listdir(cache_dir) if os.path.isdir(cache_dir) else ()):
-        try:
-            with open(os.path.join(cache_dir, entry, "size")) as handle:
-                text = handle.read().strip().upper()
-        except OSError:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * scale)
-    return min(2 * max(sizes), 1 << 30) if sizes else 64 << 20
 
 
 def _flush_bytes_on(device: str) -> int:

@@ -6,42 +6,36 @@ so both measure alike. Imports only NumPy: MPI ranks start fast.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "cache_evictor", "last_level_cache_bytes"]
+__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "cache_evictor", "cache_flush_bytes"]
 
-_CACHE_FALLBACK_BYTES = 32 << 20  # a last-level cache as large as the largest common ones, where sysfs says nothing
-
-
-def last_level_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """The size of the host's largest data or unified cache (Linux sysfs), else 32 MiB."""
-    import glob
-    import os
-
+def cache_flush_bytes(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Twice the largest CPU cache the OS reports (64 MiB when it reports none), at most 1 GiB:
+    enough written bytes to evict a buffer from every level."""
     sizes = []
-    for index in glob.glob(os.path.join(sysfs, "index*")):
+    for entry in (os.listdir(cache_dir) if os.path.isdir(cache_dir) else ()):
         try:
-            with open(os.path.join(index, "type")) as kind, open(os.path.join(index, "size")) as size:
-                if kind.read().strip() == "Instruction":
-                    continue
-                text = size.read().strip().upper()
+            with open(os.path.join(cache_dir, entry, "size")) as handle:
+                text = handle.read().strip().upper()
         except OSError:
             continue
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
         digits = text.rstrip("KMG")
         if digits.isdigit():
             sizes.append(int(digits) * scale)
-    return max(sizes) if sizes else _CACHE_FALLBACK_BYTES
+    return min(2 * max(sizes), 1 << 30) if sizes else 64 << 20
 
 
 def cache_evictor(nbytes: int | None = None) -> Callable[[], None]:
-    """A call that writes ``nbytes`` (default twice the last-level cache) of a buffer of its own, so
+    """A call that writes ``nbytes`` (default :func:`cache_flush_bytes`) of a buffer of its own, so
     that what a timed call touches next comes from memory, as it does after a training step's
     compute has filled the caches with its own data."""
-    buffer = np.zeros(nbytes or 2 * last_level_cache_bytes(), dtype=np.uint8)
+    buffer = np.zeros(nbytes or cache_flush_bytes(), dtype=np.uint8)
 
     def evict() -> None:
         np.add(buffer, 1, out=buffer)
