@@ -157,3 +157,30 @@ def test_a_sender_that_then_blocks_on_a_receive_spends_its_send_overhead_before_
     received = max(end for kind, name, _, end in spans if name == "recv")
     assert second[2] == pytest.approx(received)  # nothing owed is left to delay it
     assert names.count(("comm", "message overhead")) == 1
+
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "send_after_compute.py"
+    spec = importlib.util.spec_from_file_location("send_after_compute", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_send_after_compute_benchmark_refuses_counts_below_one(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["send_after_compute.py", "--sends", "0"])
+    with pytest.raises(SystemExit) as exit_info:
+        _benchmark().main()
+    assert exit_info.value.code == 2 and "--sends" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("shutil").which("mpiexec") is None, reason="needs mpiexec (pip install 'simdist[mpi]')")
+def test_the_send_after_compute_benchmark_prints_every_condition_against_back_to_back(monkeypatch, capsys):
+    module = _benchmark()
+    monkeypatch.setattr("sys.argv", ["send_after_compute.py", "--sends", "3", "--params", "1000", "--batch", "64"])
+    assert module.main() == 0
+    out = capsys.readouterr().out
+    assert all(condition in out for condition in module.CONDITIONS) and "x 1.00 of back to back" in out
