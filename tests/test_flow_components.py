@@ -160,3 +160,13 @@ def test_the_usage_recorder_gets_each_re_solved_links_rate_and_closes_a_link_who
     # flow-seconds: link 0 carries one flow for 10 s; link 1 one flow 0-1 and after c ends, two in between
     assert log._flow_s[0] == pytest.approx(10.0)
     assert log._span == pytest.approx([0.0, 10.0])
+
+
+def test_a_route_naming_a_link_twice_counts_that_links_busy_time_once():
+    env = simpy.Environment()
+    links = _links([100.0, 100.0], [0.0, 0.0])
+    net = FlowNetwork(env, links, lone_shortcut=False)
+    done = net.transfer([links[0], links[1], links[0]], 100.0)  # alone: its one share of each link, 100 B/s
+    env.run()
+    assert done.processed and env.now == pytest.approx(1.0)
+    assert net.link_busy_s == [pytest.approx(1.0), pytest.approx(1.0)]

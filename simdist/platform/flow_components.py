@@ -44,6 +44,14 @@ class LinkFlows:
             else:
                 flows[flow] = None
 
+    def carries(self, link: int) -> bool:
+        """Whether a moving flow is on ``link``."""
+        return bool(self._on[link])
+
+    def links_carrying(self) -> list[int]:
+        """Every link a moving flow is on."""
+        return [i for i, flows in enumerate(self._on) if flows]
+
     def remove(self, flow: Flow) -> None:
         on = self._on
         for i in flow.link_indices:

@@ -10,7 +10,7 @@ either way.
 :class:`LoneFlows` is a mixin of :class:`~.network.FlowNetwork`, kept apart because the
 shortcut is an optimisation on top of the flow life cycle, not part of it: it reads the
 network's state (``env``, ``lone_shortcut``, ``active``, ``_lone``, ``_capacity``,
-``_link_active``, ``_link_busy_since``, ``link_busy_s``) and calls its life cycle
+``_link_flows``, ``_link_busy_since``, ``link_busy_s``) and calls its life cycle
 (``_start_after``, ``_add_active``, ``_resolve_soon``, ``_account_end``).
 """
 
@@ -32,9 +32,9 @@ class LoneFlows:
         route names each link once)."""
         if not self.lone_shortcut or flow.nbytes <= 0 or not flow.route:
             return False
-        active, lone = self._link_active, self._lone
+        carried, lone = self._link_flows.carries, self._lone
         for i in flow.link_indices:
-            if active[i] or i in lone:
+            if carried(i) or i in lone:
                 return False
         return True
 
@@ -93,8 +93,7 @@ class LoneFlows:
             self._record_lone(flow, now)
         flow.remaining = flow.nbytes - flow.rate_Bps * (now - flow.started_s)
         self._add_active(flow, now)
-        for i in flow.link_indices:
-            self._link_active[i] += 1
+        for i in flow.link_indices:  # its links were its alone: busy since its bytes began to move
             self._link_busy_since[i] = flow.busy_from_s
         self._resolve_soon()
 

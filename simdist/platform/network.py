@@ -91,7 +91,6 @@ class FlowNetwork(LoneFlows):
         self._resolve_pending = False
         self.link_bytes = [0.0] * len(self.links)
         self.link_busy_s = [0.0] * len(self.links)
-        self._link_active = [0] * len(self.links)
         self._link_busy_since = [0.0] * len(self.links)
         self.sent_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.received_bytes: dict[tuple[int, int], float] = defaultdict(float)
@@ -212,10 +211,9 @@ class FlowNetwork(LoneFlows):
             self.usage.close(now_s)
             for lone in self._lone_flows():
                 self._record_lone(lone, now_s)
-        for i, active in enumerate(self._link_active):
-            if active:
-                self.link_busy_s[i] += now_s - self._link_busy_since[i]
-                self._link_busy_since[i] = now_s
+        for i in self._link_flows.links_carrying():
+            self.link_busy_s[i] += now_s - self._link_busy_since[i]
+            self._link_busy_since[i] = now_s
         for lone in self._lone_flows():
             if lone.busy_from_s < now_s:
                 for i in lone.link_indices:
@@ -243,11 +241,10 @@ class FlowNetwork(LoneFlows):
             return
         if self._lone:
             self._claim(flow)
-        self._add_active(flow, now)
         for i in flow.link_indices:
-            if self._link_active[i] == 0:
+            if not self._link_flows.carries(i):
                 self._link_busy_since[i] = now
-            self._link_active[i] += 1
+        self._add_active(flow, now)
         if len(self.active) == 1 and not self._resolve_pending:
             # alone on the network: its rate is known now. Should another flow start in this
             # instant, it re-solves (deferred) with both; rates only depend on the active set
@@ -347,10 +344,10 @@ class FlowNetwork(LoneFlows):
         for flow in finished:
             del self.active[flow]
             self._link_flows.remove(flow)
-            self._dirty.update(dict.fromkeys(flow.link_indices))
-            for i in flow.link_indices:
-                self._link_active[i] -= 1
-                if self._link_active[i] == 0:
+            links = dict.fromkeys(flow.link_indices)  # a route may name a link twice: its busy time ends once
+            self._dirty.update(links)
+            for i in links:
+                if not self._link_flows.carries(i):
                     self.link_busy_s[i] += now - self._link_busy_since[i]
             self._account_end(flow)
         self._resolve_and_schedule()
