@@ -82,8 +82,9 @@ def _cold_overheads(overheads_of, peer: int) -> dict[str, Any] | None:
     :func:`.sweep_timing.cache_evictor` runs before it on both ranks): in a training step the
     first message call after the forward/backward finds the caches full of the step's data, so
     the library's code and state come from memory (the overlay's ``*_overhead_after_compute``)."""
-    cold = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=cache_evictor())
-    return None if cold is None else {**cold, "evicted_bytes": cache_flush_bytes()}
+    evicted = cache_flush_bytes()
+    cold = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=cache_evictor(evicted))
+    return None if cold is None else {**cold, "evicted_bytes": evicted}
 
 
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:

@@ -14,6 +14,7 @@ import numpy as np
 
 __all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "cache_evictor", "cache_flush_bytes"]
 
+
 def cache_flush_bytes(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """Twice the largest CPU cache the OS reports (64 MiB when it reports none), at most 1 GiB:
     enough written bytes to evict a buffer from every level."""

@@ -55,5 +55,6 @@ class MessageCopies:
             kinds = [LINK_KINDS.get(kind) for kind in sorted({link.kind for link in self.platform.links})
                      if kind in LINK_KINDS]
             rows += [{"side": "unset sides", "link_kind": kind.name, "per_byte_s": kind.cpu_per_byte_s,
-                      "basis": "link kind default", "source": kind.cpu_source} for kind in kinds if kind.cpu_per_byte_s > 0]
+                      "basis": "link kind default", "source": kind.cpu_source}
+                     for kind in kinds if kind.cpu_per_byte_s > 0]
         return rows

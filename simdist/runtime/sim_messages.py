@@ -6,12 +6,15 @@
 copied, :mod:`.payloads`), crosses the route as a flow, and
 lands in the receiver's mailbox, or wakes a receive already waiting for it. With
 ``platform.messages`` every message also pays LogGP costs: the sender's injection gap and CPU
-overhead ``o_s`` (charged to its next compute or busy work), the rendezvous handshake above
-the eager limit, and the receiver's ``o_r``; and LogGOPS's per-byte CPU overheads, the
-sender's with ``o_s`` and the receiver's once it takes the message in (less what a blocking
-receive waited for it), both charged to the rank's next work; they overlap the message's
-transfer, which ends no earlier than the sender's copy. Under ``progress: on_call`` a rendezvous message
-goes only once the receiver is inside a runtime call (:mod:`.progress`).
+overhead ``o_s``, the rendezvous handshake above the eager limit, and the receiver's ``o_r``;
+and LogGOPS's per-byte CPU overheads, the sender's with ``o_s`` and the receiver's once it
+takes the message in (less what a blocking receive waited for it). They overlap the message's
+transfer, which ends no earlier than the sender's copy. The first send, and the first message
+taken in, after a forward/backward pay the overheads measured with cold caches where the
+platform has them. A rank pays the CPU it owes before its next compute or busy work, or at the
+start of a blocking receive (:meth:`~.sim_compute.ComputeExecution.spend_owed_cpu`). Under
+``progress: on_call`` a rendezvous message goes only once the receiver is inside a runtime
+call (:mod:`.progress`).
 """
 
 from __future__ import annotations
@@ -81,12 +84,12 @@ class MessageExecution:
         return False
 
     def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None],
-                         copy_s: float, after_compute: bool = False) -> None:
+                         copy_s: float, after_compute: bool) -> None:
         """A message paying LogGP costs (``platform.messages``) around its links.
 
         The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind
         (``copy_s``: ``O_s · bytes``, the route's, :mod:`simdist.platform.message_copies`),
-        spends ``o_s + O_s · bytes`` of CPU on it (charged to its next compute, :meth:`_owed_cpu_s`;
+        spends ``o_s + O_s · bytes`` of CPU on it (owed, :meth:`_owe_cpu`;
         the copy overlaps the transfer, which ends no earlier than the copy does), a message above
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
         the message is in its mailbox (and ``O_r · bytes`` once it takes it in, :meth:`_taken_in`).
@@ -129,13 +132,14 @@ class MessageExecution:
         return call
 
     def _owe_cpu(self, rank: int, seconds: float) -> None:
-        """CPU time of the rank's message calls, paid before its next compute or busy work."""
+        """CPU time of the rank's message calls, paid before its next compute or busy work, or at the
+        start of its next blocking receive."""
         if seconds > 0:
             self._cpu_owed_s[rank] = self._cpu_owed_s.get(rank, 0.0) + seconds
 
     def _owed_cpu_s(self, rank: int) -> float:
-        """CPU time the rank's message calls took since its last compute (LogGP ``o_s``, LogGOPS
-        ``O_s``/``O_r``), now paid."""
+        """CPU time the rank's message calls owe (LogGP ``o_s``, LogGOPS ``O_s``/``O_r``, the cold
+        extras), now paid."""
         return self._cpu_owed_s.pop(rank, 0.0) if self._cpu_owed_s else 0.0
 
     def _taken_in(self, message: Message, waited_s: float = 0.0) -> Message:

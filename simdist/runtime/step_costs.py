@@ -4,8 +4,9 @@ A schedule (:mod:`.collectives`) is phases of steps, each step a set of transfer
 once. :class:`StepCosts` prices a step alone: its duration on the wire (latency plus bytes at
 the rates the platform's sharing rule gives the step's transfers, multi-rail stripes
 included, and never shorter than the busiest rank's per-byte CPU, LogGOPS O), the
-per-message costs of ``platform.messages`` (LogGP o, g and the rendezvous handshake) and the reduction arithmetic of a reducing step (gamma: at
-``collectives.reduce_bandwidth`` or the device's memory-bandwidth estimate). The
+per-message costs of ``platform.messages`` (LogGP o, g and the rendezvous handshake) and the
+reduction arithmetic of a reducing step (gamma: at ``collectives.reduce_bandwidth`` or the
+device's memory-bandwidth estimate). The
 simulator's analytic fidelity runs on these figures (:mod:`.sim_collectives`).
 """
 
