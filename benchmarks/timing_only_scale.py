@@ -88,6 +88,12 @@ def scenario(gpus: int, steps: int) -> dict:
     }
 
 
+def shape_dataset(gpus: int) -> dict:
+    """A shape-only dataset of ``BATCHES_PER_EPOCH`` batches per GPU: no epoch ends in a measured run."""
+    return {"name": "imagenet-shape", "samples": gpus * BATCH * BATCHES_PER_EPOCH, "input_shape": [1024],
+            "classes": 10, "test_samples": 0}
+
+
 def algorithm_scenario(algorithm: str, gpus: int, steps: int, link_usage: bool = True) -> dict:
     """``algorithm`` on ``gpus`` training GPUs, timing-only, compute noise on, no epoch end in sight."""
     section = dict(ALGORITHMS[algorithm])
@@ -98,9 +104,7 @@ def algorithm_scenario(algorithm: str, gpus: int, steps: int, link_usage: bool =
         "name": f"timing-only-{algorithm}-{gpus}",
         "platform": {"preset": "cluster-a100-hdr", "nodes": gpus // GPUS_PER_NODE + (1 if server else 0)},
         "workload": {"model": {"name": "mlp", "hidden": [4096, 4096]},
-                     "dataset": {"name": "imagenet-shape", "samples": gpus * BATCH * BATCHES_PER_EPOCH,
-                                 "input_shape": [1024], "classes": 10, "test_samples": 0},
-                     "batch_size": BATCH, "timing_only": True},
+                     "dataset": shape_dataset(gpus), "batch_size": BATCH, "timing_only": True},
         "compute": {"noise": dict(NOISE)},
         "algorithm": section,
         "stop": {"steps": steps},
@@ -222,8 +226,7 @@ def largest_sync_run(gpus: int, steps: int) -> dict:
     """A whole sync run at ``gpus`` GPUs, timing-only, compute noise on: wall seconds from the
     scenario to the results (building the platform included) and the peak RSS."""
     spec = scenario(gpus, steps)
-    spec["workload"]["dataset"] = {"name": "imagenet-shape", "samples": gpus * BATCH * BATCHES_PER_EPOCH,
-                                   "input_shape": [1024], "classes": 10, "test_samples": 0}
+    spec["workload"]["dataset"] = shape_dataset(gpus)
     spec["compute"] = {"noise": dict(NOISE)}
     started = time.perf_counter()
     Simulation(scenario_from_dict(spec), None, lockstep=True).execute()
