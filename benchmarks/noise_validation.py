@@ -279,12 +279,21 @@ def sim_overrides(config: Config, profile: Path, overlay: Path, *, share: float 
 # -- figures of a run ---------------------------------------------------------------------
 
 def forward_backwards(run_dir: str | Path) -> pd.DataFrame:
-    """rank, step (0-based, per rank), wall_s, cpu_s of every forward/backward span of a run's trace."""
+    """rank, step (0-based, per rank), wall_s, cpu_s of every whole forward/backward of a run's trace.
+
+    Whole: at the workload's batch size (the most common one; an epoch's last, partial batch is
+    other work, not noise) and not cut off where the run stopped (a span that ends with the
+    trace, as ``simdist calibrate noise`` leaves those out too).
+    """
     from simdist.tracefile import span_events
 
-    rows = [(int(e["tid"]), float(e["ts"]), 1e-6 * float(e.get("dur", 0.0)), (e.get("args") or {}).get("cpu_s"))
-            for e in span_events(run_dir) if e.get("name") == "forward/backward"]
-    spans = pd.DataFrame(rows, columns=["rank", "ts", "wall_s", "cpu_s"]).sort_values(["rank", "ts"], kind="stable")
+    events = list(span_events(run_dir))
+    end_us = max(float(e["ts"]) + float(e.get("dur", 0.0)) for e in events)
+    rows = [(int(e["tid"]), float(e["ts"]), 1e-6 * float(e.get("dur", 0.0)), (e.get("args") or {}).get("cpu_s"),
+             (e.get("args") or {}).get("batch_size"))
+            for e in events if e.get("name") == "forward/backward" and float(e["ts"]) + float(e.get("dur", 0.0)) < end_us - 1e-3]
+    spans = pd.DataFrame(rows, columns=["rank", "ts", "wall_s", "cpu_s", "batch_size"])
+    spans = spans[spans["batch_size"] == spans["batch_size"].mode().iloc[0]].sort_values(["rank", "ts"], kind="stable")
     spans["step"] = spans.groupby("rank").cumcount()
     return spans[["rank", "step", "wall_s", "cpu_s"]].reset_index(drop=True)
 
@@ -462,7 +471,9 @@ def _intro(summary: dict[str, Any]) -> list[str]:
             + f" on {summary['host']}, {summary['date']} ({summary['measure_s']:.0f} s of microbenchmarks and real "
             "runs). The measured side of "
             "every row is a real MPI run (MPICH, 2 ranks pinned to the 2 cores); the simulation never sees the "
-            "run it is compared with (A's rows are in-sample).", "",
+            "run it is compared with (A's rows are in-sample)."
+            + (" Scored again from those saved runs (`--rescore`): the fits and simulations are redone, the "
+               "runs and microbenchmarks are the ones above." if summary.get("rescored") else ""), "",
             f"**Noise source.** A neighbour process pinned to core 1, beside one worker, takes d·P of CPU every "
             f"P = {1e3 * summary['period_s']:g} ms: a busy loop until its own CPU time (`time.thread_time`) "
             "reaches d·P, then sleep to the next period start. The worker keeps 1 − d of its core on average, and "
@@ -813,7 +824,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     measured = measured or measure_all(todo, out, args, argv)
     fitted, rows = predict_all(todo, measured, out, args.seeds)
     write_csv(out / "noise_validation.csv", rows, COLUMNS)
-    summary = {**measured, **fitted, "seeds": args.seeds}
+    summary = {**measured, **fitted, "seeds": args.seeds, "rescored": bool(args.rescore)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     history = update_history(out / "history.jsonl", history_entry(measured.get("started", measured["date"]), rows))
     if not args.no_report:

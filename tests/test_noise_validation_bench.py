@@ -179,3 +179,19 @@ def test_history_replaces_the_entry_of_the_same_run(nv, tmp_path):
     table = nv._repeats(entries)
     assert "| 2026-01-02T10:00:00 | B1 | 30.0 / 12.0 / 9.0 | -10.0 / +5.0 |" in table
     assert nv._repeats(entries[:1]) == []
+
+
+def test_forward_backwards_keep_whole_steps_at_the_workloads_batch(nv, tmp_path):
+    def span(rank, ts, dur, batch):
+        return {"ph": "X", "name": "forward/backward", "cat": "compute", "tid": rank, "pid": 0, "ts": ts, "dur": dur,
+                "args": {"batch_size": batch, "cpu_s": dur * 1e-6}}
+
+    events = [span(1, 0, 60_000, 2048), span(1, 70_000, 61_000, 2048),
+              span(1, 140_000, 50_000, 1664),  # an epoch's last, partial batch: other work
+              span(0, 0, 59_000, 2048),
+              span(1, 200_000, 500, 2048)]  # cut off where the run stopped: ends with the trace
+    (tmp_path / "trace.json").write_text(__import__("json").dumps({"traceEvents": events}), encoding="utf-8")
+    got = nv.forward_backwards(tmp_path)
+    assert got[got["rank"] == 1]["wall_s"].tolist() == pytest.approx([0.060, 0.061])
+    assert got[got["rank"] == 1]["step"].tolist() == [0, 1]
+    assert got[got["rank"] == 0]["wall_s"].tolist() == pytest.approx([0.059])
