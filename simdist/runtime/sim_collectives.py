@@ -53,6 +53,7 @@ class _CollectiveOp:
     blocking: dict[int, bool] = field(default_factory=dict)
     contributions: dict[int, Any] = field(default_factory=dict)
     requests: dict[int, Request] = field(default_factory=dict)
+    posted: list[simpy.Event] = field(default_factory=list)  # members whose call's CPU is not done yet
 
 
 class CollectiveExecution:
@@ -93,12 +94,33 @@ class CollectiveExecution:
         request.span_args = {"bytes": int(payload_nbytes(tensor)), "group_size": group.size,
                              **({} if blocking else {"nonblocking": True})}
         op.contributions[rank], op.requests[rank], op.blocking[rank] = tensor, request, blocking
+        posted = self._call_cpu(rank, blocking)
+        if posted is not None:
+            op.posted.append(posted)
         if len(op.contributions) == group.size:
             del self._open_ops[(group.ranks, seq)]
             self.env.process(self._run_collective(op))
         return request
 
+    def _call_cpu(self, rank: int, blocking: bool) -> simpy.Event | None:
+        """The CPU of the rank's call before its contribution is posted: what its message calls
+        still owe, and for its first call after a forward/backward what a call with cold caches
+        costs beyond a warm one (``messages.send_overhead_after_compute`` less ``send_overhead``:
+        a table's or the links' time holds the warm call). A blocking call spends it now; a
+        non-blocking one still owes it (paid before its next work) and posts once it would
+        be spent. An event that fires when posted; None when nothing delays it."""
+        costs = self.message_costs
+        if self._first_call_after_compute(rank) and costs is not None:
+            self._owe_cpu(rank, costs.send_overhead_s(True) - costs.send_overhead)
+        if blocking:
+            return self.spend_owed_cpu(rank)
+        owed = self._cpu_owed_s.get(rank, 0.0)
+        return self.env.timeout(owed) if owed > 0 else None
+
     def _run_collective(self, op: _CollectiveOp):
+        pending = [event for event in op.posted if not event.processed]
+        if pending:  # every member's call has posted its contribution
+            yield self.env.all_of(pending)
         if self.on_call is not None and not all(op.blocking.values()):  # on_call: moves inside calls only
             gate = self.on_call.all_inside(op.group.ranks)
             if gate is not None:
