@@ -17,7 +17,8 @@ Parts. A span's part comes from its kind and name (:data:`PART_OF_NAME`, then
 sending (LogGP ``o``, span ``message overhead``; in a real run also taking in a polled
 message, and converting a collective's tensor and posting it) → ``comm_cpu``; data moving while the rank is
 blocked on it → ``comm_wire``; blocked on peers → ``wait``; an algorithm's own busy work →
-``update`` (averaging, applying, merging) or ``eval`` (its evaluations). Non-blocking
+``update`` (averaging, applying, merging) or ``eval`` (its evaluations); the simulated
+runtime's turn between two requests (``platform.calls``, span ``runtime call``) → ``update``. Non-blocking
 communication overlaps other work and is not a part. Time no span covers is ``wait`` in a
 simulation (the rank was idle until something arrived) and ``update`` in a real run (the
 algorithm's own host work between runtime calls). So the parts add up to the step exactly in
@@ -35,17 +36,21 @@ import pandas as pd
 
 from .errors import InputError
 
-__all__ = ["PARTS", "HOST_PARTS", "OVERHEAD_SPAN", "LEDGER_COLUMNS", "part_of", "work_span_name", "ledger_table", "compare_ledgers"]
+__all__ = ["PARTS", "HOST_PARTS", "OVERHEAD_SPAN", "CALL_SPAN", "LEDGER_COLUMNS", "part_of", "work_span_name", "ledger_table", "compare_ledgers"]
 
 PARTS = ("data", "forward_backward", "pack", "comm_cpu", "comm_wire", "wait", "unpack", "update", "eval",
          "checkpoint")
 LEDGER_COLUMNS = ("rank", "step", "start_s", "step_s", *PARTS)
 
 OVERHEAD_SPAN = "message overhead"  # a rank's own CPU time in a send, receive or collective call: comm_cpu
+# the runtime's turn between two of an algorithm's requests (platform.calls): host work between runtime
+# calls, which a real run's ledger counts as update (the time no span covers there)
+CALL_SPAN = "runtime call"
 # span names with a part of their own (the runtimes' and algorithms' names)
 PART_OF_NAME = {
     "forward/backward": "forward_backward",
     OVERHEAD_SPAN: "comm_cpu",
+    CALL_SPAN: "update",
     "data": "data", "pack": "pack", "unpack": "unpack", "checkpoint": "checkpoint",
 }
 PART_OF_KIND = {"comm": "comm_wire", "wait": "wait"}

@@ -195,6 +195,10 @@ def test_network_through_the_runtime_times_what_a_real_run_pays(tmp_path, capsys
     messages = yaml.safe_load(out["runtime"].read_text())["messages"]
     assert messages["send_overhead_per_byte"] > 0 and messages["recv_overhead_per_byte"] > 0
     assert measured["runtime"]["fits"]["intra_link"]["overheads"]["large"]["size_bytes"] == 1 << 20
+    # the driver's turn between two requests: only the runtime has one, and a cold turn costs more
+    calls = {path: yaml.safe_load(file.read_text()).get("calls") for path, file in out.items()}
+    assert calls["mpi"] is None
+    assert 0 < calls["runtime"]["overhead"] < calls["runtime"]["overhead_after_compute"]
 
 
 def test_network_path_must_be_known(capsys, tmp_path):

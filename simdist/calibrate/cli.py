@@ -101,6 +101,10 @@ def _cmd_network(args: argparse.Namespace) -> int:
                   if m.get(key)]
         eager = f"eager up to {format_bytes(m['eager_limit'])}, " if m.get("eager_limit") is not None else ""
         print(f"messages: {eager}{', '.join(parts)}")
+    if "calls" in overlay:
+        c = overlay["calls"]
+        print(f"runtime calls: {format_time(c['overhead'])} a turn, {format_time(c['overhead_after_compute'])} "
+              "right after compute")
     print(f"\nwrote {args.out}")
     return 0
 

@@ -7,7 +7,9 @@ Rank 0 ping-pongs with one peer of each link class — the first rank on its own
 receive overheads and the gap of small messages with it (:func:`_overheads`), the same
 overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, and the small
 messages' again with cold caches (:func:`_cold_overheads`), while the other ranks wait; then all
-ranks run ``MPI_Allreduce`` on float32 buffers. Every size gets two warm-up operations and a
+ranks run ``MPI_Allreduce`` on float32 buffers; with ``--path runtime`` rank 0 then times the
+runtime driver's turn between two requests, with warm caches and with cold ones
+(:func:`_calls`). Every size gets two warm-up operations and a
 probe (the fastest of three) that sets its repetition count so the size takes about
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
 batch's time over its repetitions, halved for a round trip, is one sample). The median of a
@@ -87,6 +89,26 @@ def _cold_overheads(overheads_of, peer: int) -> dict[str, Any] | None:
     return None if cold is None else {**cold, "evicted_bytes": evicted}
 
 
+CALL_TURNS, COLD_CALL_TURNS = 2000, 64  # driver turns timed with warm caches, and each after a cache flush
+
+
+def _calls(calls_of, comm) -> dict[str, Any] | None:
+    """The runtime driver's turn between two requests on rank 0 (the platform's ``calls``), warm
+    and each after a :func:`.sweep_timing.cache_evictor` (as right after a forward/backward),
+    while the other ranks wait; None on them. Last in the sweep: a driver that ends announces
+    its rank done to the others."""
+    timed = None
+    if comm.Get_rank() == 0:
+        evicted = cache_flush_bytes()
+        warm = calls_of(CALL_TURNS)
+        cold = calls_of(COLD_CALL_TURNS, cache_evictor(evicted))
+        timed = {"overhead_s": warm["overhead_s"], "turns": warm["turns"],
+                 "overhead_after_compute_s": cold["overhead_s"], "cold_turns": cold["turns"],
+                 "evicted_bytes": evicted}
+    quiet_barrier(comm)
+    return timed
+
+
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
     """Time per MPI_Allreduce of float32 buffers: the slowest rank's, after a barrier."""
     from mpi4py import MPI
@@ -109,15 +131,16 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
 
 
 def _operations(comm, path: str):
-    """(ping-pong, overheads, allreduce) of ``path``: the MPI library's calls, or simdist's runtime."""
+    """(ping-pong, overheads, allreduce, driver turns) of ``path``: the MPI library's calls (no
+    driver: None), or simdist's runtime."""
     if path == "runtime":
         from .runtime_sweep import RuntimePath  # imports torch and the runtime: only when asked for
 
         runtime = RuntimePath(comm)
-        return runtime.pingpong, runtime.overheads, runtime.allreduce
+        return runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.calls
     return ((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
             (lambda peer, **sizes: _overheads(comm, peer, **sizes)),
-            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)))
+            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)), None)
 
 
 def quiet_barrier(comm, poll_s: float = 0.001) -> None:
@@ -162,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
     started = time.perf_counter()
-    pingpong_of, overheads_of, allreduce_of = _operations(comm, args.path)
+    pingpong_of, overheads_of, allreduce_of, calls_of = _operations(comm, args.path)
     pingpong = {}
     for link_class, peer in _peers(hosts).items():
         if rank in (0, peer):
@@ -175,11 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
+    calls = None if calls_of is None else _calls(calls_of, comm)
     if rank == 0:
         document = {"ranks": size, "hosts": hosts, "path": args.path,
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
-                    "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce,
+                    "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce, "calls": calls,
                     "elapsed_s": time.perf_counter() - started}
         with open(args.out, "w") as fh:
             json.dump(document, fh, indent=1)

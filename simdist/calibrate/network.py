@@ -17,7 +17,9 @@ host's reduction rate (gamma, ``collectives.reduce_bandwidth``) is measured too.
 
 ``--path runtime`` times the same sweep through simdist's own MPI runtime
 (:mod:`.runtime_sweep`): the overlay then prices what a message or allreduce costs a run of
-``simdist validate``, its pickling, arrival agreement and waiting included.
+``simdist validate``, its pickling, arrival agreement and waiting included, and adds the
+platform's ``calls``: the CPU of the runtime driver's turn between two requests, with warm
+caches and right after a forward/backward (:func:`calls_section`).
 
 With the defaults (0 B – 4 MiB, 0.25 s per size and sweep) two ranks finish in about 15–20 s.
 """
@@ -158,4 +160,18 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
              "allreduce_check": _allreduce_check(document, links)}
     table = table_from_sweep(document, command)
     collectives = collectives_section([table] if table else [], reduce) if (table or reduce) else None
-    return build_overlay(links, command=command, inputs=(), extra_provenance=extra, collectives=collectives)
+    overlay = build_overlay(links, command=command, inputs=(), extra_provenance=extra, collectives=collectives)
+    calls = calls_section(document)
+    return overlay if calls is None else {"calls": calls, **overlay}
+
+
+def calls_section(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The platform's ``calls`` from a runtime-path sweep's timed driver turns (None without them)."""
+    calls = document.get("calls")
+    if not calls:
+        return None
+    return {"overhead": float(calls["overhead_s"]), "overhead_after_compute": float(calls["overhead_after_compute_s"]),
+            "source": (f"simdist's MPI runtime driver on rank 0 ({document.get('mpi_library', 'MPI')}): median turn "
+                       f"between two requests of no work over {calls['turns']} turns (overhead), and over "
+                       f"{calls['cold_turns']} turns each after {int(calls['evicted_bytes']) >> 20} MiB were written "
+                       "(overhead_after_compute, caches cold)")}

@@ -18,7 +18,9 @@ microbenchmark, without running the job.
 * LogP overheads: posting a small ``send`` (the sender's CPU until the call returns) and
   receiving one that has already arrived;
 * allreduce: the runtime's blocking ``allreduce`` of a float32 tensor, the slowest rank's time
-  per operation after a barrier.
+  per operation after a barrier;
+* the driver's turn between two requests (:meth:`RuntimePath.calls`), with warm and with cold
+  caches: the platform's ``calls``.
 
 The ranks wait as in a run: they spin only where :func:`~simdist.real.placement.rank_spins`
 lets them (a core of their own), and MPI's progress thread runs where the library is threaded.
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import time
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from .sweep_timing import logp_overheads, pair_repetitions, repetitions, sweep
 
@@ -117,3 +121,32 @@ class RuntimePath:
             return repetitions(probe_s, budget_s, batches)  # the probe is an allreduce result: the same everywhere
 
         return sweep([4 * c for c in counts], timed, decide, budget_s, batches)
+
+    def calls(self, count: int, before_each: Callable[[], None] | None = None) -> dict[str, float]:
+        """Median CPU-bound time of the driver's turn between two requests, on this rank alone.
+
+        A generator yields ``count`` requests of no work (``busy`` with an empty ``run``) to the
+        runtime's driver (:meth:`~simdist.real.driver.MPIDriver.drive`); each turn is timed from
+        just before the request is made to the generator's resumption: the request's span
+        recorded, the driver's stop check (a probe of the control communicator), its wait on a
+        done request and the generator resumed. ``before_each`` runs untimed before every turn
+        (a cache evictor: turns with cold caches). Drive only on one rank, while the others
+        wait: a rank whose driver ends tells the others it is done.
+        """
+        rt, turns = self.rt, []
+
+        def requests():
+            for _ in range(count):
+                if before_each is not None:
+                    before_each()
+                start = time.perf_counter()
+                yield rt.busy(0.0, "update", run=_nothing)
+                turns.append(time.perf_counter() - start)
+
+        self.driver.drive(requests())
+        self._forget()
+        return {"overhead_s": float(np.median(turns)), "turns": count}
+
+
+def _nothing() -> None:
+    return None

@@ -18,6 +18,13 @@ users measure (nccl-tests, OSU, ``calibrate network``, a CSV of their own):
     injects (``g``), and the eager/rendezvous switch of MPI libraries (a rendezvous message
     first pays a request-to-send/clear-to-send handshake).
 
+``calls``
+    The host CPU of the runtime's own turn between two of an algorithm's requests: the driver
+    takes the request back, checks for a stop, records its span and resumes the algorithm.
+    ``overhead`` with the caches warm, ``overhead_after_compute`` for the turn right after a
+    forward/backward, whose data have displaced the runtime's code and objects from the
+    caches (``calibrate network --path runtime`` times both through the runtime's driver).
+
 Sizes follow what the simulator's collective call carries: an allreduce's or a broadcast's
 buffer per rank, an allgather's contribution per rank (nccl-tests' ``all_gather`` size is the
 whole output: divide by the ranks).
@@ -35,7 +42,7 @@ from ..units import parse_size, parse_time
 from .quantities import MAX_DEVICES, BytesPerSecond, LatencySeconds
 
 __all__ = ["TABLE_OPS", "canonical_op", "table_row_problem", "CostTableSpec", "CollectiveCostSpec",
-           "MessageCostSpec"]
+           "MessageCostSpec", "CallCostSpec"]
 
 TABLE_OPS = ("allreduce", "broadcast", "allgather")
 _OP_ALIASES = {"all_reduce": "allreduce", "allreduce": "allreduce", "broadcast": "broadcast", "bcast": "broadcast",
@@ -211,3 +218,25 @@ class MessageCostSpec(_Frozen):
     def handshake_s(self, nbytes: float) -> float:
         """The rendezvous handshake a message of ``nbytes`` pays (0 when sent eagerly)."""
         return self.rendezvous_latency if self.eager_limit is not None and nbytes > self.eager_limit else 0.0
+
+
+class CallCostSpec(_Frozen):
+    """Host CPU of the runtime's turn between two requests of an algorithm (its driver's dispatch).
+
+    A rank pays it after each request it waited on, before its algorithm runs on: the driver
+    takes the result back, checks for a stop, records the span and resumes the algorithm's
+    generator. The simulator charges it as the rank's own work (span ``runtime call``, ledger
+    part ``update``, where a real run's time between its runtime calls goes).
+    """
+
+    overhead: LatencySeconds = Field(description="CPU time of one turn with warm caches, e.g. '7us'")
+    overhead_after_compute: LatencySeconds | None = Field(None, description=(
+        "CPU time of the turn right after a forward/backward, with the caches full of the step's data, "
+        "e.g. '50us' (default overhead)"))
+    source: str = Field(min_length=1, description="where these figures come from")
+
+    def seconds(self, after_compute: bool) -> float:
+        """One turn's CPU time, right after a forward/backward or not."""
+        if after_compute and self.overhead_after_compute is not None:
+            return self.overhead_after_compute
+        return self.overhead

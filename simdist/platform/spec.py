@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from ..config import USER_CONFIG
-from .cost_spec import CollectiveCostSpec, MessageCostSpec
+from .cost_spec import CallCostSpec, CollectiveCostSpec, MessageCostSpec
 from .devices import DEVICE_KINDS
 from .links import LINK_KINDS
 from .quantities import MAX_DEVICES, MIN_CPUS, BytesPerSecond, FlopsPerSecond, Interval, LatencySeconds, Seconds
@@ -254,6 +254,9 @@ class PlatformSpec(_Frozen):
         "docs/calibration.md); default: collectives are priced from the links"))
     messages: MessageCostSpec | None = Field(None, description=(
         "LogGP per-message costs (CPU overhead, gap, eager/rendezvous); default: a message costs its links only"))
+    calls: CallCostSpec | None = Field(None, description=(
+        "host CPU of the runtime's turn between two requests of an algorithm (calibrate network --path "
+        "runtime measures it); default: the turns cost nothing"))
     progress: Literal["async", "on_call"] = Field(
         "async", description="how non-blocking communication advances (docs/network.md, \"MPI progress\"). async: "
         "on its own, as with NCCL or an MPI progress thread; on_call: only while its ranks are inside a runtime "

@@ -105,11 +105,18 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         """Why ranks cannot move as one cohort here (None: nothing stops them).
 
         Node cores that are shared (a rank's compute rate depends on what the ranks sharing its
-        cores do at each instant), nodes that may crash (a crash stops some ranks mid-step), and
-        epoch-end work that sets some ranks' loader workers apart.
+        cores do at each instant), nodes that may crash (a crash stops some ranks mid-step),
+        epoch-end work that sets some ranks' loader workers apart, and runtime calls that cost
+        CPU (``platform.calls``, a collective's first call after compute priced cold), which a
+        cohort's requests do not make one by one.
         """
         if self._cores is not None:
             return "node cores are shared (platform.node.cores): each rank's rate depends on the others'"
+        if self.platform.spec.calls is not None:
+            return "the runtime's turns between requests cost CPU (platform.calls): each rank pays its own"
+        if self.message_costs is not None and self.message_costs.send_overhead_after_compute is not None:
+            return ("a rank's first call after compute is priced cold (messages.send_overhead_after_compute): "
+                    "each rank pays its own")
         if self.crash_possible:
             return "nodes may crash (faults.node_crash): a crash stops some ranks mid-step"
         if self._epoch_end_splits_loaders():
@@ -136,7 +143,7 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
-        on_call = self.on_call
+        on_call, calls = self.on_call, self.platform.spec.calls
         while True:
             try:
                 request = generator.send(value)
@@ -149,6 +156,8 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
             if request.finished:  # returns at once: no time passes, nothing to account
                 value = request.ready_value
+                if calls is not None:
+                    yield from self._turn(rank, after_compute=False)
                 continue
             waited_from = self.env.now
             # a blocking receive starts once the rank's send calls have returned: their CPU first
@@ -169,6 +178,14 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 value = request.partial_result()
             elif request.kind == "comm":
                 self._account_blocking(rank, request, waited_from)
+            if calls is not None:
+                yield from self._turn(rank, after_compute=request.kind == "compute")
+
+    def _turn(self, rank: int, after_compute: bool):
+        """The runtime's turn before the rank's algorithm runs on (``platform.calls``)."""
+        turn = self.runtime_call(rank, after_compute)
+        if turn is not None:
+            yield turn
 
     def _finish_epoch(self, rank: int):
         """The epoch-end work a rank owes after its last epoch, before its process ends."""

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import simpy
 
-from ..ledger import OVERHEAD_SPAN, work_span_name
+from ..ledger import CALL_SPAN, OVERHEAD_SPAN, work_span_name
 from ..platform.network import FlowNetwork
 from ..platform.topology import Link, Platform
 from .payloads import computed
@@ -167,7 +167,7 @@ class ComputeExecution:
         begin = self.env.now
 
         def done() -> None:
-            self.recorder.span(rank, "comm" if name == OVERHEAD_SPAN else "compute", name, begin, self.env.now)
+            self.recorder.span(rank, _span_kind(name), name, begin, self.env.now)
             self._stages_on_cores(rank, rest, then)
 
         self._work_on_cores(rank, core_s, done)
@@ -243,14 +243,25 @@ class ComputeExecution:
         """The CPU the rank's message calls still owe, spent now (a ``message overhead`` span), as a
         rank about to block on a receive does: its send calls return before it can wait. An
         event that fires when it is spent; None when nothing is owed."""
-        owed = self._owed_cpu_s(rank)
-        if owed <= 0:
+        return self._cpu_now(rank, self._owed_cpu_s(rank), OVERHEAD_SPAN)
+
+    def runtime_call(self, rank: int, after_compute: bool) -> simpy.Event | None:
+        """The runtime's turn between two of the rank's requests (``platform.calls``), spent now as
+        the rank's own work (a ``runtime call`` span); the first after a forward/backward at its
+        cold-cache cost. An event that fires when it is done; None without ``calls``."""
+        calls = self.platform.spec.calls
+        return None if calls is None else self._cpu_now(rank, calls.seconds(after_compute), CALL_SPAN)
+
+    def _cpu_now(self, rank: int, seconds: float, name: str) -> simpy.Event | None:
+        """``seconds`` of the rank's CPU from now (on its shared cores where it has them), recorded as
+        span ``name``; an event that fires when done, None when there is nothing to do."""
+        if seconds <= 0:
             return None
         env, start = self.env, self.env.now
         if self._cores is None:
-            self.recorder.span(rank, "comm", OVERHEAD_SPAN, start, start + owed)
-            self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + owed)
-            return env.timeout(owed)
+            self.recorder.span(rank, _span_kind(name), name, start, start + seconds)
+            self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), start + seconds)
+            return env.timeout(seconds)
         done = env.event()
         self._enter_pool(rank)
 
@@ -259,7 +270,7 @@ class ComputeExecution:
             self._compute_until[rank] = max(self._compute_until.get(rank, 0.0), env.now)
             done.succeed()
 
-        self._stages_on_cores(rank, [(OVERHEAD_SPAN, owed * (self.platform.devices[rank].cpus or 1.0))], finish)
+        self._stages_on_cores(rank, [(name, seconds * (self.platform.devices[rank].cpus or 1.0))], finish)
         return done
 
     def inference(self, rank: int, samples: int, run: Callable[[], Any] | None = None,
@@ -291,3 +302,8 @@ class ComputeExecution:
         stages = ([(OVERHEAD_SPAN, owed_s * cpus)] if owed_s > 0 else []) + [(name, duration_s * cpus)]
         self._stages_on_cores(rank, stages, finish)
         return request
+
+
+def _span_kind(name: str) -> str:
+    """The span kind of CPU work named ``name``: a message call's overhead is communication."""
+    return "comm" if name == OVERHEAD_SPAN else "compute"
