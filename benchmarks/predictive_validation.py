@@ -3,7 +3,7 @@
     python benchmarks/predictive_validation.py [--ranks 2,4] [--algorithms sync,asgd,...]
                                                [--models 256x256,512x512] [--steps 60]
                                                [--compute-repeats 10] [--compute-rounds 5]
-                                               [--network-path runtime|mpi]
+                                               [--network-path runtime|mpi] [--no-cpu-share]
                                                [--wait-idle S] [--retries N] [--rescore]
                                                [--out results/predictive_validation]
 
@@ -21,6 +21,13 @@ microbenchmarks. This table calibrates the simulation from those alone:
   in a process of its own, which times exactly the point's model, dataset shape and optimizer
   at the batch sizes its algorithm runs (``OUT/<point>/profile.yaml``; the scenario it times is
   ``OUT/<point>/scenario.yaml``);
+* **co-running ranks**, per point with more ranks than the host has cores (unless
+  ``--no-cpu-share``): ``simdist calibrate cpu-share --scenario S.yaml --ranks R --cores C``
+  times the point's R ranks stepping its own workload together on the host's C cores against
+  one alone; the slow-down beyond processor sharing's R/C (caches, memory bandwidth, context
+  switches) becomes ``platform.node.co_run`` of the simulation (``OUT/<point>/co_run.yaml``; the
+  column ``co_run_factor``), which the simulator applies to every rank in a core set with more
+  ranks than cores (the placement's sets of two ranks on one core);
 * **compute noise**, with ``--compute-noise``: ``simdist calibrate noise OUT/<point>/profile.yaml``
   fits ``compute.noise`` (``rank_sigma``, ``correlation``) to the timed steps of that same
   microbenchmark, in the order they ran (``OUT/<point>/noise.yaml``), and the simulation draws
@@ -95,7 +102,8 @@ COLUMNS = (["algorithm", "ranks", "model", "iterations", "median_pct", "p90_pct"
            + [f"{part}_{what}" for part in PARTS for what in ("real_ms", "sim_ms", "pct", "contrib_pct")]
            + ["within_target", "ledger_parts_checked", "ledger_parts_within", "ledger_worst_part", "ledger_within_target",
               "profile_fb_ms", "real_fb_cpu_ms", "real_fb_cpu_slowest_ms", "fb_level_pct",
-              "real_wall_over_cpu", "noise_rank_sigma", "noise_correlation", "other_load_calibrate", "other_load_run",
+              "real_wall_over_cpu", "noise_rank_sigma", "noise_correlation", "co_run_factor", "other_load_calibrate",
+              "other_load_run",
               "steal", "attempts", "dir"])
 BATCH_SIZE = 2048  # per worker, validation_table's standard workload
 BUSY_CORES = 0.1  # other processes' CPU above which a calibration or run is not this machine's (validation_table)
@@ -145,6 +153,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compute-noise", action="store_true",
                         help="simulate with compute.noise fitted by simdist calibrate noise to the compute "
                              "microbenchmark's own timed steps")
+    parser.add_argument("--no-cpu-share", dest="cpu_share", action="store_false",
+                        help="leave out the co-run calibration (simdist calibrate cpu-share) of points with more "
+                             "ranks than cores: the simulation then takes processor sharing alone")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
                         help="before each calibration and run wait (at most S seconds) until other processes use "
                              "< 0.1 core")
@@ -392,6 +403,27 @@ def noise_override(profile: Path, out: Path) -> str:
     return f"compute.noise={flow}"
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (the real runs' ranks share them)."""
+    from simdist.calibrate.cpu_share import available_cores
+
+    return len(available_cores())
+
+
+def co_run_override(scenario: Path, here: Path, ranks: int, cores: int) -> str:
+    """``platform.node.co_run=...`` as ``simdist calibrate cpu-share --scenario`` measures it for the
+    point's ``ranks`` stepping its workload together on the host's ``cores``: the time per step
+    against one rank alone, beyond processor sharing's ``ranks / cores`` (``here/cpu_share.yaml``,
+    ``here/co_run.yaml``)."""
+    overlay = here / "co_run.yaml"
+    _simdist("calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", str(ranks), "--cores", str(cores),
+             "--duration-s", "1", "--rounds", "3", "--out", str(here / "cpu_share.yaml"), "--overlay", str(overlay),
+             timeout_s=300)
+    co_run = yaml.safe_load(overlay.read_text(encoding="utf-8"))["node"]["co_run"]
+    flow = yaml.safe_dump(co_run, default_flow_style=True, width=float("inf"), sort_keys=False).strip()
+    return f"platform.node.co_run={flow}"
+
+
 def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> dict[str, Any]:
     """Calibrate compute for the point, validate it with that profile and overlay, return its row."""
     from simdist.real.describe import HostLoad
@@ -409,6 +441,8 @@ def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> di
                  timeout_s=600)
     if getattr(args, "compute_noise", False):
         sets = [*sets, noise_override(profile, here / "noise.yaml")]
+    if getattr(args, "cpu_share", True) and p["ranks"] > usable_cores():
+        sets = [*sets, co_run_override(scenario, here, p["ranks"], usable_cores())]
     if args.wait_idle:
         wait_idle(args.wait_idle)
     validate(SCENARIO, p["ranks"], here / "validate", overrides=sets, affinity="auto", overlay=overlay,
@@ -430,6 +464,9 @@ def score(p: dict, here: Path) -> dict[str, Any]:
     if (here / "noise.yaml").is_file():  # simulated with the compute microbenchmark's own noise (--compute-noise)
         fitted = yaml.safe_load((here / "noise.yaml").read_text(encoding="utf-8"))["compute"]["noise"]
         row.update(noise_rank_sigma=fitted.get("rank_sigma"), noise_correlation=fitted.get("correlation"))
+    if (here / "co_run.yaml").is_file():  # simulated with the co-run calibration's factor
+        row["co_run_factor"] = yaml.safe_load((here / "co_run.yaml").read_text(encoding="utf-8"))[
+            "node"]["co_run"]["oversubscribed_factor"]
     row.update(algorithm=p["algorithm"], ranks=p["ranks"], model=model_label(p["widths"]),
                total_pct=summary.get("total_time_error_pct"), other_load_calibrate=saved.get("other_load_calibrate"),
                other_load_run=other_load(summary), steal=summary.get("host_steal_cores"),

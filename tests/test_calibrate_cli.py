@@ -228,6 +228,27 @@ def test_cpu_share_handler(tmp_path, capsys):
     assert "--cores" in capsys.readouterr().err
 
 
+def test_cpu_share_of_a_scenarios_own_workload(tmp_path, capsys):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "name": "job", "platform": {"preset": "laptop-cpu", "node": {"devices": 2}},
+        "workload": {"model": {"name": "mlp", "hidden": [32]},
+                     "dataset": {"name": "synthetic", "samples": 400, "features": 16, "classes": 2},
+                     "batch_size": 48}, "algorithm": "sync", "stop": {"steps": 2}}))
+    out, overlay = tmp_path / "share.yaml", tmp_path / "co_run.yaml"
+    assert main(["calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", "2", "--cores", "1",
+                 "--duration-s", "0.15", "--rounds", "1", "--out", str(out), "--overlay", str(overlay)]) == 0
+    capsys.readouterr()
+    document = yaml.safe_load(out.read_text())
+    assert document["batch_size"] == 48 and document["model"] == f"mlp of {scenario}"  # the job's, not the zoo's
+    assert {m["ranks"] for m in document["measurements"]} == {1, 2}
+    assert yaml.safe_load(overlay.read_text())["node"]["co_run"]["oversubscribed_factor"] >= 1.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "bad", "workload": {"model": "nosuchmodel"}}))
+    assert main(["calibrate", "cpu-share", "--scenario", str(bad), "--out", str(tmp_path / "x.yaml")]) == 2
+    assert "bad.yaml" in capsys.readouterr().err and not (tmp_path / "x.yaml").exists()
+
+
 def test_the_main_cli_dispatches_calibrate(tmp_path, capsys):
     """`simdist calibrate ...` through the main CLI behaves as the calibrate parser alone."""
     from simdist import cli

@@ -168,3 +168,16 @@ def test_the_network_overlay_carries_the_timed_turns():
     assert "2000 turns" in section["source"] and "64 MiB" in section["source"]
     CallCostSpec.model_validate(section)  # what the platform reads back
     assert calls_section({"calls": None}) is None and calls_section({}) is None
+
+
+def test_a_rank_whose_node_dies_during_the_runtimes_turn_runs_no_further():
+    world = build_world(1, platform=build_platform("laptop-cpu", node={"devices": 1}, calls=CALLS))
+
+    def worker(rt):
+        yield rt.compute(None, _Batch())
+        yield rt.busy(1e-3, "apply")  # never reached: the node dies in the turn after the compute
+
+    world.spawn(0, worker(world.runtime(0)))
+    world.env.timeout(FB_S + 50e-6).callbacks.append(lambda _event: world.crash(0, [0]))
+    world.env.run()
+    assert [name for _, name, _, _ in _spans(world, 0)] == ["forward/backward", "runtime call"]

@@ -4,7 +4,7 @@
                                 [--out PROFILE.yaml]
     simdist calibrate network   [--ranks 2] [--out calibration/platforms/host-shm.yaml] [--max-size 4MiB] [--path mpi|runtime]
     simdist calibrate trace     FILE... [--format auto] [--out OVERLAY.yaml] [--summary SUMMARY.yaml]
-    simdist calibrate cpu-share [--ranks 1,2,4] [--cores 1,2] [--out calibration/cpu_share/host-cpu.yaml]
+    simdist calibrate cpu-share [--ranks 1,2,4] [--cores 1,2] [--scenario S.yaml] [--out calibration/cpu_share/host-cpu.yaml]
     simdist calibrate noise     FILE... [--format auto] [--out OVERLAY.yaml] [--ranks-per-node N] (noise_fit.py)
 
 :func:`add_calibrate_parser` adds the ``calibrate`` command to the main parser's
@@ -225,8 +225,16 @@ def _cmd_cpu_share(args: argparse.Namespace) -> int:
     from .cpu_share import available_cores, co_run_overlay, contention_document, measure_contention
     from .provenance import check_output, write_yaml
 
-    if args.model not in ZOO:
+    if args.scenario is not None:
+        from .compute_scenario import plan_scenario
+
+        scenario = plan_scenario(args.scenario, "cpu").scenario  # bad input: exit 2 before any worker starts
+        model = f"{scenario.workload.model.name} of {args.scenario}"
+        batch_size = args.batch_size or scenario.workload.batch_size
+    elif args.model not in ZOO:
         raise InputError(f"unknown model {args.model!r}; known: {', '.join(ZOO)}", source="--model")
+    else:
+        model, batch_size = args.model, args.batch_size or 64
     ranks = option_ints(args.ranks, "--ranks")
     cores = option_ints(args.cores, "--cores") if args.cores else sorted({1, len(available_cores())})
     if max(cores) > len(available_cores()):
@@ -237,8 +245,9 @@ def _cmd_cpu_share(args: argparse.Namespace) -> int:
     check_output(args.out)
     if args.overlay:
         check_output(args.overlay)
-    rows = measure_contention(ranks, cores, args.duration_s, args.rounds, args.model, args.batch_size)
-    document, fit = contention_document(rows, model=args.model, batch_size=args.batch_size,
+    rows = measure_contention(ranks, cores, args.duration_s, args.rounds, args.model, batch_size,
+                              scenario=args.scenario)
+    document, fit = contention_document(rows, model=model, batch_size=batch_size,
                                         duration_s=args.duration_s, rounds=args.rounds,
                                         command=calibrate_command(args, "cpu-share"))
     write_yaml(args.out, document, "CPU-share calibration: k co-running ranks on c cores vs processor sharing.\n"
@@ -335,7 +344,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                        help="seconds per configuration and round (default 1)")
     share.add_argument("--rounds", type=int_between(1), default=3, help="interleaved repetitions; median kept (default 3)")
     share.add_argument("--model", default="mlp", help="zoo model to run (default mlp)")
-    share.add_argument("--batch-size", type=int_between(1), default=64, help="batch size of each step (default 64)")
+    share.add_argument("--scenario", help="run this scenario's workload instead (its model, dataset shape, optimizer "
+                                          "and batch size): the contention of the job itself")
+    share.add_argument("--batch-size", type=int_between(1), default=None,
+                       help="batch size of each step (default 64; with --scenario the scenario's)")
     share.add_argument("--out", default="calibration/cpu_share/host-cpu.yaml", help="file to write (default %(default)s)")
     share.add_argument("--overlay", help="also write a platform overlay setting node.co_run from the fit, for "
                                          "platform: {overlays: [...]}")

@@ -7,7 +7,9 @@ scheduler switches contexts, so this module measures it:
 
 * ``k`` worker processes (forked once, one torch thread each) are pinned to the same ``c``
   cores (``os.sched_setaffinity``) and run the real forward/backward/optimizer step of a zoo
-  model for ``duration_s`` together, started at one instant;
+  model, or of one scenario's workload (``--scenario``: its model, dataset shape, optimizer and
+  batch size, what the ranks of that job will run), for ``duration_s`` together, started at
+  one instant;
 * a rank's time per step is its wall time over the steps it finished (throughput, the
   quantity processor sharing predicts — a single step may run uninterrupted while another
   waits a whole time slice);
@@ -64,12 +66,22 @@ def _busy_s(cores: Sequence[int]) -> float:
     return total / ticks
 
 
-def _worker(conn, model: str, batch_size: int, seed: int) -> None:
+def _workload(model: str, seed: int, scenario: str | None) -> Any:
+    """The workload a worker steps: a zoo model's, or a scenario's own (its model, dataset shape,
+    optimizer and seed, as the simulator builds them)."""
+    if scenario is not None:
+        from .compute_scenario import plan_scenario
+
+        return plan_scenario(scenario, "cpu").workload
+    dataset, options = ZOO[model]
+    return build_workload(model, options, dataset, {}, OptimizerConfig(), seed)
+
+
+def _worker(conn, model: str, batch_size: int, seed: int, scenario: str | None = None) -> None:
     """Child process: wait for (cores, start, duration) and report (steps, elapsed_s, cpu_s)."""
     torch.set_num_threads(1)
     steady_allocator()
-    dataset, options = ZOO[model]
-    step = cpu_training_step(build_workload(model, options, dataset, {}, OptimizerConfig(), seed), batch_size)
+    step = cpu_training_step(_workload(model, seed, scenario), batch_size)
     for _ in range(3):
         step()
     conn.send("ready")
@@ -92,13 +104,13 @@ def _worker(conn, model: str, batch_size: int, seed: int) -> None:
 class _Pool:
     """``size`` forked workers that stay alive across configurations."""
 
-    def __init__(self, size: int, model: str, batch_size: int, seed: int):
+    def __init__(self, size: int, model: str, batch_size: int, seed: int, scenario: str | None = None):
         method = "fork" if "fork" in mp.get_all_start_methods() and sys.platform.startswith("linux") else "spawn"
         ctx = mp.get_context(method)
         self.conns, self.procs = [], []
         for _ in range(size):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, model, batch_size, seed), daemon=True)
+            proc = ctx.Process(target=_worker, args=(child, model, batch_size, seed, scenario), daemon=True)
             proc.start()
             self.conns.append(parent)
             self.procs.append(proc)
@@ -128,8 +140,10 @@ class _Pool:
 
 def measure_contention(ranks: Sequence[int] = (1, 2, 4), cores: Sequence[int] | None = None,
                        duration_s: float = 1.0, rounds: int = 3, model: str = "mlp", batch_size: int = 64,
-                       seed: int = 0, max_foreign: float = 0.1, retries: int = 2) -> list[dict[str, Any]]:
-    """Mean step time per (ranks, cores) configuration; ``k = 1`` is always measured.
+                       seed: int = 0, max_foreign: float = 0.1, retries: int = 2,
+                       scenario: str | None = None) -> list[dict[str, Any]]:
+    """Mean step time per (ranks, cores) configuration; ``k = 1`` is always measured. The
+    workers step the zoo ``model``, or with ``scenario`` (a scenario file) that scenario's workload.
 
     A run during which other processes used more than ``max_foreign`` of the pinned cores is
     repeated (at most ``retries`` times); the share they used is kept per sample
@@ -143,7 +157,7 @@ def measure_contention(ranks: Sequence[int] = (1, 2, 4), cores: Sequence[int] | 
     configs = [(k, c) for c in cores for k in ks]
     samples: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in configs}
     foreign: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in configs}
-    pool = _Pool(max(ks), model, batch_size, seed)
+    pool = _Pool(max(ks), model, batch_size, seed, scenario)
     try:
         for _ in range(rounds):
             for k, c in configs:

@@ -15,7 +15,9 @@ once data moves, ``wait`` while peers have not arrived yet). What a rank waits o
 :mod:`.sim_compute`, point-to-point messages in :mod:`.sim_messages`, collectives (matched
 across ranks and run on the links) in :mod:`.sim_collectives`. Under
 ``platform.progress: on_call`` the driver also tells :mod:`.progress` when a rank is inside a
-runtime call, which non-blocking collectives and rendezvous messages wait for.
+runtime call, which non-blocking collectives and rendezvous messages wait for. With
+``platform.calls`` the driver's own turn after each request costs the rank CPU
+(:meth:`~.sim_compute.ComputeExecution.runtime_call`).
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 value = request.ready_value
                 if calls is not None:
                     yield from self._turn(rank, after_compute=False)
+                    if rank in self.crashed:
+                        return
                 continue
             waited_from = self.env.now
             # a blocking receive starts once the rank's send calls have returned: their CPU first
@@ -180,6 +184,8 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 self._account_blocking(rank, request, waited_from)
             if calls is not None:
                 yield from self._turn(rank, after_compute=request.kind == "compute")
+                if rank in self.crashed:  # the node died during the runtime's turn
+                    return
 
     def _turn(self, rank: int, after_compute: bool):
         """The runtime's turn before the rank's algorithm runs on (``platform.calls``)."""

@@ -6,7 +6,8 @@ takes the compute model's duration; before it the rank pays what it owes: the CP
 its sends (``message overhead``), the last epoch's validation pass and checkpoint
 (:mod:`simdist.training.epoch_end`) and getting its batch (``data``:
 :mod:`simdist.training.data_loading`). An algorithm's own work (``busy``) and its
-evaluations (``inference``) are charged the same way.
+evaluations (``inference``) are charged the same way, and so is the runtime's turn between two
+of a rank's requests (``runtime call``, ``platform.calls``: :meth:`ComputeExecution.runtime_call`).
 
 Where a node's CPU ranks share cores (``node.cores``, ``node.core_sets``), all of that is work
 on a flow network of core pools (processor sharing, :class:`_CoreSharing`): a rank's duration
