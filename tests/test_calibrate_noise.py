@@ -143,6 +143,8 @@ def bad_csv(tmp_path, change: str) -> str:
         rows = [row for row in rows if row[1] < 5]
     elif change == "two nodes":
         rows[3][3] = "n9"
+    elif change == "other work":  # a span cut off where the run stopped: a hundredth of the others
+        rows[19][2] = repr(float(times[1, 9]) / 100)
     path = tmp_path / "bad.csv"
     path.write_text("\n".join([header] + [",".join(map(str, row)) for row in rows]) + "\n")
     return str(path)
@@ -157,6 +159,7 @@ def bad_csv(tmp_path, change: str) -> str:
     ("rank not an integer", "line 5: rank: must be a non-negative integer"),
     ("few steps", "step: 5 steps per rank; fitting noise needs at least 8"),
     ("two nodes", "node: rank 0 appears on two nodes"),
+    ("other work", "time_s: rank 1 step 9 took"),
 ])
 def test_bad_input_is_one_line_naming_file_and_field_and_exit_2(tmp_path, capsys, change, phrase):
     path = bad_csv(tmp_path, change)

@@ -39,6 +39,7 @@ __all__ = ["NOISE_FORMATS", "MIN_STEPS", "StepTimes", "read_step_times"]
 
 NOISE_FORMATS = ("simdist-trace", "simdist-steps", "torch-profiler", "csv", "compute-profile")
 MIN_STEPS = 8
+OTHER_WORK_BELOW = 0.2  # a step below this fraction of its rank's median did other work, not the same work faster
 _CSV_COLUMNS = ("rank", "step", "time_s")
 
 
@@ -330,8 +331,29 @@ def _complete(table: pd.DataFrame, where: str, fmt: str, notes: list[str], ranks
                          field="step")
     nodes, known = _nodes(table, ranks, where, ranks_per_node)
     batches = table.pivot(index="rank", columns="step", values="batch").reindex(index=ranks, columns=wanted).to_numpy()
+    _refuse_other_work(times, batches, where)
     return StepTimes(where.split(", "), fmt, times.to_numpy(dtype=float), ranks, wanted, nodes, known,
                      None if np.isnan(batches).all() else np.nan_to_num(batches, nan=-1.0), notes)
+
+
+def _refuse_other_work(times: pd.DataFrame, batches: np.ndarray, where: str) -> None:
+    """Refuse a step far faster than its rank's median at its batch size (:data:`OTHER_WORK_BELOW`):
+    noise slows the same work down or speeds it up by tens of percent, so such a step did other
+    work (an epoch's last, partial batch; a span cut off where the run stopped) and would be
+    fitted as enormous noise."""
+    values = times.to_numpy(dtype=float)
+    for i, rank in enumerate(times.index):
+        row, sizes = values[i], batches[i]
+        for size in np.unique(sizes[~np.isnan(sizes)]) if not np.isnan(sizes).all() else [None]:
+            members = np.ones(len(row), bool) if size is None else sizes == size
+            median = float(np.median(row[members]))
+            fast = np.flatnonzero(members & (row < OTHER_WORK_BELOW * median))
+            if len(fast):
+                step = times.columns[fast[0]]
+                raise InputError(
+                    f"rank {rank} step {step} took {row[fast[0]]:.3g} s, {row[fast[0]] / median:.1%} of the rank's median "
+                    f"{median:.3g} s: not the same work as its other steps (a partial batch, or a span cut off where "
+                    "the run stopped); leave it out (--steps N fits the first N steps)", source=where, field="time_s")
 
 
 def _nodes(table: pd.DataFrame, ranks: np.ndarray, where: str, ranks_per_node: int | None) -> tuple[np.ndarray, bool]:
