@@ -299,7 +299,9 @@ def _integer(d: Draw, node: dict, key: str) -> int:
     high = node.get("maximum", low + 3)
     if key in _INT_RANGE:
         low, high = max(low, _INT_RANGE[key][0]), _INT_RANGE[key][1]
-    return d.integer(low, max(low, high))
+    step = int(node.get("multipleOf", 1))  # e.g. outputs.link_usage_bins: even
+    first = -(-low // step) * step
+    return first + step * d.integer(0, max(0, (max(low, high) - first) // step))
 
 
 def _number(d: Draw, node: dict, key: str, owner: str) -> float | str:
