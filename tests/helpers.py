@@ -4,6 +4,7 @@ it (with every batch handed out recorded), and the tiny scenario command-line te
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -111,3 +112,18 @@ def link_load(routes, rates, n_links):
         for link in route:
             load[link] += rate
     return load
+
+
+def assert_run_refuses(tmp_path: Path, data: dict, field: str) -> None:
+    """``simdist run`` of scenario ``data`` exits 2 with one message naming the file and ``field``,
+    no traceback, and writes no output directory."""
+    import yaml
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "simdist", "run", str(path), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert field in done.stderr and "bad.yaml" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()

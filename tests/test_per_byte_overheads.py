@@ -19,7 +19,7 @@ from simdist.platform.cost_spec import MessageCostSpec
 from simdist.training.replica import PhantomTensor
 
 from conftest import build_platform, build_world
-from helpers import tiny_scenario
+from helpers import assert_run_refuses, tiny_scenario
 
 MIB = 1024 * 1024
 PER_BYTE = {"send_overhead_per_byte": "2ns", "recv_overhead_per_byte": "3ns", "source": "hand-made"}
@@ -166,14 +166,7 @@ def test_negative_or_unsourced_per_byte_overheads_are_refused():
 def test_a_scenario_with_a_bad_per_byte_overhead_exits_2_naming_the_field(tmp_path):
     data = tiny_scenario(platform={"preset": "laptop-cpu", "node": {"devices": 2},
                                    "messages": {"recv_overhead_per_byte": "fast", "source": "x"}})
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data))
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "simdist", "run", str(path), "--out", str(out)],
-                          capture_output=True, text=True)
-    assert done.returncode == 2
-    assert "platform.messages.recv_overhead_per_byte" in done.stderr and "bad.yaml" in done.stderr
-    assert "Traceback" not in done.stderr and not out.exists()
+    assert_run_refuses(tmp_path, data, "platform.messages.recv_overhead_per_byte")
 
 
 # -- the link kinds' own figure ------------------------------------------------------------

@@ -4,11 +4,8 @@ requests (``platform.calls``) and a collective's first call after compute with c
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 import simdist
@@ -17,7 +14,7 @@ from simdist.platform.cost_spec import CallCostSpec
 from simdist.training.replica import PhantomTensor
 
 from conftest import build_platform, build_world
-from helpers import tiny_scenario
+from helpers import assert_run_refuses, tiny_scenario
 
 CALLS = {"overhead": "10us", "overhead_after_compute": "100us", "source": "hand-made"}
 COLD_MESSAGES = {"send_overhead": "10us", "send_overhead_after_compute": "200us", "source": "hand-made"}
@@ -149,14 +146,7 @@ def test_call_costs_need_a_source_and_are_not_negative():
 
 def test_a_scenario_with_a_bad_call_overhead_exits_2_naming_the_field(tmp_path):
     data = _sync({"calls": {"overhead": "soon", "source": "x"}})
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data))
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "simdist", "run", str(path), "--out", str(out)],
-                          capture_output=True, text=True)
-    assert done.returncode == 2
-    assert "platform.calls.overhead" in done.stderr and "bad.yaml" in done.stderr
-    assert "Traceback" not in done.stderr and not out.exists()
+    assert_run_refuses(tmp_path, data, "platform.calls.overhead")
 
 
 def test_the_network_overlay_carries_the_timed_turns():
