@@ -26,8 +26,8 @@ microbenchmarks. This table calibrates the simulation from those alone:
   times the point's R ranks stepping its own workload together on the host's C cores against
   one alone; the slow-down beyond processor sharing's R/C (caches, memory bandwidth, context
   switches) becomes ``platform.node.co_run`` of the simulation (``OUT/<point>/co_run.yaml``; the
-  column ``co_run_factor``), which the simulator applies to every rank in a core set with more
-  ranks than cores (the placement's sets of two ranks on one core);
+  column ``co_run_factor``), which the simulator applies to a core set while two or more of its
+  ranks compute at once (the placement's sets of two ranks on one core);
 * **compute noise**, with ``--compute-noise``: ``simdist calibrate noise OUT/<point>/profile.yaml``
   fits ``compute.noise`` (``rank_sigma``, ``correlation``) to the timed steps of that same
   microbenchmark, in the order they ran (``OUT/<point>/noise.yaml``), and the simulation draws

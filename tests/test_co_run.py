@@ -30,17 +30,55 @@ def test_two_ranks_on_their_own_cores_pay_the_undersubscribed_factor():
     assert model.forward_s(1, 30) == pytest.approx((T0 + 30 * T1) * 1.1 / 3)
 
 
-def test_more_ranks_than_cores_pay_the_oversubscribed_factor_on_top_of_sharing():
+def test_ranks_sharing_core_pools_get_no_constant_factor_the_simulator_applies_it_while_they_co_run():
     model = _model(devices=3, cores=2, co_run=CO_RUN)
-    assert model.work_core_s(2, 10) == pytest.approx((T0 + 10 * T1) * 1.3)
-
-
-def test_a_rank_alone_and_a_pinned_set_of_one_pay_nothing():
-    assert co_run_factors(build_platform("laptop-cpu", node={"devices": 1, "co_run": CO_RUN})) is None
+    assert model.work_core_s(2, 10) == pytest.approx(T0 + 10 * T1)
     pinned = build_platform("laptop-cpu", node={"devices": 3, "co_run": CO_RUN,
                                                  "core_sets": [{"cores": 1, "devices": [0]},
                                                                {"cores": 1, "devices": [1, 2]}]})
-    assert list(co_run_factors(pinned)) == [1.0, 1.3, 1.3]
+    assert co_run_factors(pinned) is None
+
+
+def test_a_rank_alone_pays_nothing():
+    assert co_run_factors(build_platform("laptop-cpu", node={"devices": 1, "co_run": CO_RUN})) is None
+
+
+def _pool_run(starts: dict[int, float], work_s: dict[int, float]) -> dict[int, tuple[float, float]]:
+    """Ranks 1 and 2 share one core (a core set), rank 0 has its own; each rank starts its busy work
+    at ``starts`` and works ``work_s``: each rank's (start, end)."""
+    from conftest import build_world
+
+    platform = build_platform("laptop-cpu", node={"devices": 3, "co_run": CO_RUN, "core_sets": [
+        {"cores": 1, "devices": [0]}, {"cores": 1, "devices": [1, 2]}]})
+    world = build_world(3, platform=platform)
+
+    spans = {}
+
+    def process(rank):
+        env = world.env
+        yield env.timeout(starts[rank])
+        request = world.busy(rank, work_s[rank], "update")
+        yield request.event
+        spans[rank] = (starts[rank], env.now)
+
+    for rank in starts:
+        world.env.process(process(rank))
+    world.env.run()
+    return spans
+
+
+def test_two_ranks_on_one_core_are_slowed_only_while_both_compute():
+    together = _pool_run({1: 0.0, 2: 0.0}, {1: 1.0, 2: 1.0})
+    assert together[1][1] == pytest.approx(2.0 * 1.3)  # both all along: shared and slowed
+    apart = _pool_run({1: 0.0, 2: 5.0}, {1: 1.0, 2: 1.0})
+    assert apart[1][1] == pytest.approx(1.0) and apart[2][1] == pytest.approx(6.0)  # alone: full speed
+    overlap = _pool_run({1: 0.0, 2: 0.5}, {1: 1.0, 2: 0.2})
+    # rank 1 alone for 0.5 s, then both: each gets 1/2 of 1/1.3 of the core until rank 2's 0.2 s is done
+    both_s = 0.2 * 2 * 1.3
+    assert overlap[2][1] == pytest.approx(0.5 + both_s)
+    assert overlap[1][1] == pytest.approx(0.5 + both_s + (1.0 - 0.5 - 0.2))
+    lone = _pool_run({0: 0.0}, {0: 1.0})  # a rank on a core of its own is never slowed
+    assert lone[0][1] == pytest.approx(1.0)
 
 
 def test_without_co_run_durations_are_unchanged_to_the_bit():

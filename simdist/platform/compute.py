@@ -180,12 +180,16 @@ def _parsed_timings(path: Path, data: dict) -> Iterator[tuple[tuple[str, str], M
 
 
 def co_run_factors(platform: Platform) -> np.ndarray | None:
-    """Each rank's slow-down from the CPU ranks it shares its node with (``node.co_run``), or None.
+    """Each rank's constant slow-down from the CPU ranks it shares its node with (``node.co_run``),
+    or None.
 
-    A node's cpu ranks that share one core pool (the node's ``cores``, or a ``core_sets`` set;
-    without either each rank has its own cpus) are ``k`` ranks on ``c`` cores: alone (``k = 1``)
-    nothing; ``k <= c`` the undersubscribed factor (caches, memory bandwidth); ``k > c`` the
-    oversubscribed one, on top of processor sharing (:mod:`simdist.calibrate.cpu_share`).
+    A node whose cpu ranks have their own cpus (neither ``cores`` nor ``core_sets``) slows each
+    of them by the undersubscribed factor (caches, memory bandwidth) when it holds two or more:
+    they compute side by side all along. A node whose ranks share core pools gets no constant
+    factor: the simulator's processor sharing applies ``co_run`` to a pool only while two or more
+    of its ranks compute at once (:meth:`simdist.runtime.sim_compute.ComputeExecution._co_running`;
+    the oversubscribed factor when they outnumber its cores), since a rank beside an idle one,
+    such as a parameter server waiting for pushes, is not slowed (:mod:`simdist.calibrate.cpu_share`).
     """
     spec = platform.spec
     nodes = [spec.node_at(n) for n in range(spec.nodes)]
@@ -200,14 +204,9 @@ def co_run_factors(platform: Platform) -> np.ndarray | None:
 def _co_run_per_local(node: Any) -> np.ndarray:
     """One node's co-run slow-down of each of its local ranks (1 without ``co_run``)."""
     per_local = np.ones(node.devices)
-    if node.co_run is None:
+    if node.co_run is None or node.shares_cores or node.devices < 2:  # shared pools: while ranks co-run
         return per_local
-    pools = [(node.cores if node.cores is not None else float(node.devices), list(range(node.devices)))] \
-        if node.core_sets is None else [(cs.cores, cs.devices) for cs in node.core_sets]
-    for cores, members in pools:
-        k = len(members)
-        if k >= 2:
-            per_local[members] = node.co_run.oversubscribed_factor if k > cores else node.co_run.undersubscribed_factor
+    per_local[:] = node.co_run.undersubscribed_factor  # each rank on cpus of its own, beside the others
     return per_local
 
 

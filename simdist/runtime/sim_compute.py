@@ -38,6 +38,7 @@ class _CoreSharing:
     network: FlowNetwork
     routes: list[tuple[Link, ...]]
     pools: list[Link | None]
+    co_run: dict[int, Any]  # core pool (link index) -> its node's ``co_run`` (absent: none)
 
 
 class ComputeExecution:
@@ -47,6 +48,7 @@ class ComputeExecution:
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(self.platform)
         self._computing_in_pool: dict[int, int] = {}  # core pool (link index) -> its ranks computing now
+        self._co_run_windows: dict[int, float | None] = {}  # core pool -> the co-run factor applied to it now
         self.data_loading: Any = None  # what a batch costs before compute (simdist.training.data_loading); None: free
         self.epoch_end: Any = None  # validation and checkpoint at epoch ends (simdist.training.epoch_end); None: none
 
@@ -58,6 +60,7 @@ class ComputeExecution:
             return None
         links: list[Link] = []
         pool_of: dict[int, Link] = {}
+        co_run: dict[int, Any] = {}
         for n in range(spec.nodes):
             node, first = spec.node_at(n), spec.first_rank(n)
             if not node.shares_cores:
@@ -68,6 +71,8 @@ class ComputeExecution:
                 pool = Link(len(links), f"n{n}.cores{k}", "cores", 0.0, cores)
                 links.append(pool)
                 pool_of.update({first + local: pool for local in local_ranks})
+                if node.co_run is not None:
+                    co_run[pool.index] = node.co_run
         routes, pools = [], []
         for device in platform.devices:
             cap = Link(len(links), f"rank{device.rank}.cpus", "cpu-share", 0.0, device.cpus or 1.0)
@@ -75,7 +80,7 @@ class ComputeExecution:
             pool = pool_of.get(device.rank)
             routes.append((cap, pool) if pool is not None else (cap,))
             pools.append(pool)
-        return _CoreSharing(FlowNetwork(self.env, links), routes, pools)
+        return _CoreSharing(FlowNetwork(self.env, links), routes, pools, co_run)
 
     def compute(self, rank: int, replica: Any, batch: Any) -> ComputeRequest:
         """The rank gets its batch (``data``: loading it, or waiting for its loader workers), then
@@ -206,12 +211,36 @@ class ComputeExecution:
             return cap
         busy = self._computing_in_pool.get(pool.index, 0) + 1
         self._computing_in_pool[pool.index] = busy
-        return min(cap, pool.bandwidth_Bps / busy)
+        factor = self._co_running(pool, busy)
+        return min(cap, pool.bandwidth_Bps / (factor or 1.0) / busy)
 
     def _leave_pool(self, rank: int) -> None:
         pool = self._cores.pools[rank]
         if pool is not None:
             self._computing_in_pool[pool.index] -= 1
+            self._co_running(pool, self._computing_in_pool[pool.index])
+
+    def _co_running(self, pool: Link, busy: int) -> float | None:
+        """The co-run slow-down of ``pool`` now that ``busy`` of its ranks compute (``node.co_run``):
+        while two or more do, the pool's cores get through 1/factor of their work (caches, memory
+        bandwidth, context switches: the oversubscribed factor when they outnumber the cores,
+        else the undersubscribed one); alone a rank runs at full speed. Applied as a window on
+        the pool's capacity, opened and closed as ranks start and stop computing; the factor
+        now (None: none)."""
+        co_run = self._cores.co_run.get(pool.index)
+        if co_run is None:
+            return None
+        factor = None if busy < 2 else (co_run.oversubscribed_factor if busy > pool.bandwidth_Bps
+                                        else co_run.undersubscribed_factor)
+        factor = None if factor == 1.0 else factor
+        current = self._co_run_windows.get(pool.index)
+        if factor != current:
+            if current is not None:
+                self._cores.network.degrade([pool.index], 1.0 / current, active=False)
+            if factor is not None:
+                self._cores.network.degrade([pool.index], 1.0 / factor, active=True)
+            self._co_run_windows[pool.index] = factor
+        return factor
 
     def busy(self, rank: int, duration_s: float, name: str = "busy", value: Any = None, *,
              part: str | None = None, run: Callable[..., Any] | None = None, inputs: Sequence[Any] = (),
