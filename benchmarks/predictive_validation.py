@@ -22,12 +22,12 @@ microbenchmarks. This table calibrates the simulation from those alone:
   at the batch sizes its algorithm runs (``OUT/<point>/profile.yaml``; the scenario it times is
   ``OUT/<point>/scenario.yaml``);
 * **co-running ranks**, per point with more ranks than the host has cores (unless
-  ``--no-cpu-share``): ``simdist calibrate cpu-share --scenario S.yaml --ranks R --cores C``
-  times the point's R ranks stepping its own workload together on the host's C cores against
-  one alone; the slow-down beyond processor sharing's R/C (caches, memory bandwidth, context
-  switches) becomes ``platform.node.co_run`` of the simulation (``OUT/<point>/co_run.yaml``; the
-  column ``co_run_factor``), which the simulator applies to a core set while two or more of its
-  ranks compute at once (the placement's sets of two ranks on one core);
+  ``--no-cpu-share``): ``simdist calibrate cpu-share --scenario S.yaml --ranks 2 --cores 1``
+  times two processes stepping the point's own workload on one core against one alone, the
+  shape of the placement's core sets; the slow-down beyond processor sharing's 2x (caches,
+  memory bandwidth, context switches) becomes ``platform.node.co_run`` of the simulation
+  (``OUT/<point>/co_run.yaml``; the column ``co_run_factor``), which the simulator applies to a
+  core set while two or more of its ranks compute at once;
 * **compute noise**, with ``--compute-noise``: ``simdist calibrate noise OUT/<point>/profile.yaml``
   fits ``compute.noise`` (``rank_sigma``, ``correlation``) to the timed steps of that same
   microbenchmark, in the order they ran (``OUT/<point>/noise.yaml``), and the simulation draws
@@ -410,13 +410,15 @@ def usable_cores() -> int:
     return len(available_cores())
 
 
-def co_run_override(scenario: Path, here: Path, ranks: int, cores: int) -> str:
-    """``platform.node.co_run=...`` as ``simdist calibrate cpu-share --scenario`` measures it for the
-    point's ``ranks`` stepping its workload together on the host's ``cores``: the time per step
-    against one rank alone, beyond processor sharing's ``ranks / cores`` (``here/cpu_share.yaml``,
-    ``here/co_run.yaml``)."""
+def co_run_override(scenario: Path, here: Path) -> str:
+    """``platform.node.co_run=...`` as ``simdist calibrate cpu-share --scenario`` measures it for two
+    of the point's ranks stepping its workload on one core, the shape of the placement's core sets
+    when ranks outnumber cores: the time per step against one rank alone, beyond processor
+    sharing's 2x (``here/cpu_share.yaml``, ``here/co_run.yaml``). Not all ranks on all cores: the
+    scheduler then moves three ranks between two cores, which the pinned run never does (measured
+    that way, 3 ranks on 2 cores gave 1.16 where the pinned run's 2 + 1 ranks needed about 1.03)."""
     overlay = here / "co_run.yaml"
-    _simdist("calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", str(ranks), "--cores", str(cores),
+    _simdist("calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", "2", "--cores", "1",
              "--duration-s", "1", "--rounds", "3", "--out", str(here / "cpu_share.yaml"), "--overlay", str(overlay),
              timeout_s=300)
     co_run = yaml.safe_load(overlay.read_text(encoding="utf-8"))["node"]["co_run"]
@@ -442,7 +444,7 @@ def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> di
     if getattr(args, "compute_noise", False):
         sets = [*sets, noise_override(profile, here / "noise.yaml")]
     if getattr(args, "cpu_share", True) and p["ranks"] > usable_cores():
-        sets = [*sets, co_run_override(scenario, here, p["ranks"], usable_cores())]
+        sets = [*sets, co_run_override(scenario, here)]
     if args.wait_idle:
         wait_idle(args.wait_idle)
     validate(SCENARIO, p["ranks"], here / "validate", overrides=sets, affinity="auto", overlay=overlay,
