@@ -398,9 +398,12 @@ def calibrate_network(ranks: int, out: Path, budget_s: float, path_timed: str = 
 def noise_override(profile: Path, out: Path) -> str:
     """``compute.noise=...`` as ``simdist calibrate noise`` fits it to ``profile``'s timed steps (written to ``out``)."""
     _simdist("calibrate", "noise", str(profile), "--out", str(out), timeout_s=120)
-    noise = yaml.safe_load(out.read_text(encoding="utf-8"))["compute"]["noise"]
-    flow = yaml.safe_dump(noise, default_flow_style=True, width=float("inf"), sort_keys=False).strip()
-    return f"compute.noise={flow}"
+    return set_override("compute.noise", yaml.safe_load(out.read_text(encoding="utf-8"))["compute"]["noise"])
+
+
+def set_override(field: str, value: dict) -> str:
+    """``field={...}``: a ``--set`` override giving ``field`` the mapping ``value`` in YAML flow style."""
+    return f"{field}={yaml.safe_dump(value, default_flow_style=True, width=float('inf'), sort_keys=False).strip()}"
 
 
 def usable_cores() -> int:
@@ -421,9 +424,7 @@ def co_run_override(scenario: Path, here: Path) -> str:
     _simdist("calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", "2", "--cores", "1",
              "--duration-s", "1", "--rounds", "3", "--out", str(here / "cpu_share.yaml"), "--overlay", str(overlay),
              timeout_s=300)
-    co_run = yaml.safe_load(overlay.read_text(encoding="utf-8"))["node"]["co_run"]
-    flow = yaml.safe_dump(co_run, default_flow_style=True, width=float("inf"), sort_keys=False).strip()
-    return f"platform.node.co_run={flow}"
+    return set_override("platform.node.co_run", yaml.safe_load(overlay.read_text(encoding="utf-8"))["node"]["co_run"])
 
 
 def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> dict[str, Any]:

@@ -341,11 +341,11 @@ def _refuse_other_work(times: pd.DataFrame, batches: np.ndarray, where: str) -> 
     noise slows the same work down or speeds it up by tens of percent, so such a step did other
     work (an epoch's last, partial batch; a span cut off where the run stopped) and would be
     fitted as enormous noise."""
-    values = times.to_numpy(dtype=float)
+    values, groups = times.to_numpy(dtype=float), np.nan_to_num(batches, nan=-1.0)  # -1: batch not known
     for i, rank in enumerate(times.index):
-        row, sizes = values[i], batches[i]
-        for size in np.unique(sizes[~np.isnan(sizes)]) if not np.isnan(sizes).all() else [None]:
-            members = np.ones(len(row), bool) if size is None else sizes == size
+        row = values[i]
+        for size in np.unique(groups[i]):
+            members = groups[i] == size
             median = float(np.median(row[members]))
             fast = np.flatnonzero(members & (row < OTHER_WORK_BELOW * median))
             if len(fast):

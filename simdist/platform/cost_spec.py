@@ -209,6 +209,12 @@ class MessageCostSpec(_Frozen):
             return self.send_overhead_after_compute
         return self.send_overhead
 
+    def send_extra_after_compute_s(self) -> float:
+        """What the first send call after a forward/backward costs its CPU beyond ``o_s``."""
+        if self.send_overhead_after_compute is None:
+            return 0.0
+        return max(self.send_overhead_after_compute - self.send_overhead, 0.0)
+
     def recv_extra_after_compute_s(self) -> float:
         """What the first receive after a forward/backward costs its CPU beyond ``o_r``."""
         if self.recv_overhead_after_compute is None:

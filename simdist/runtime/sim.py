@@ -146,7 +146,14 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
         on_call, calls = self.on_call, self.platform.spec.calls
+        turn_after_compute: bool | None = None  # the runtime's turn owed before the algorithm runs on
         while True:
+            if calls is not None and turn_after_compute is not None:  # platform.calls: the driver's CPU
+                turn = self.runtime_call(rank, turn_after_compute)
+                if turn is not None:
+                    yield turn
+                    if rank in self.crashed:  # the node died during the runtime's turn
+                        return
             try:
                 request = generator.send(value)
             except StopIteration:
@@ -157,11 +164,7 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
             if not isinstance(request, Request):
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
             if request.finished:  # returns at once: no time passes, nothing to account
-                value = request.ready_value
-                if calls is not None:
-                    yield from self._turn(rank, after_compute=False)
-                    if rank in self.crashed:
-                        return
+                value, turn_after_compute = request.ready_value, False
                 continue
             waited_from = self.env.now
             # a blocking receive starts once the rank's send calls have returned: their CPU first
@@ -182,16 +185,7 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 value = request.partial_result()
             elif request.kind == "comm":
                 self._account_blocking(rank, request, waited_from)
-            if calls is not None:
-                yield from self._turn(rank, after_compute=request.kind == "compute")
-                if rank in self.crashed:  # the node died during the runtime's turn
-                    return
-
-    def _turn(self, rank: int, after_compute: bool):
-        """The runtime's turn before the rank's algorithm runs on (``platform.calls``)."""
-        turn = self.runtime_call(rank, after_compute)
-        if turn is not None:
-            yield turn
+            turn_after_compute = request.kind == "compute"
 
     def _finish_epoch(self, rank: int):
         """The epoch-end work a rank owes after its last epoch, before its process ends."""

@@ -111,7 +111,7 @@ class CollectiveExecution:
         be spent. An event that fires when posted; None when nothing delays it."""
         costs = self.message_costs
         if self._first_call_after_compute(rank) and costs is not None:
-            self._owe_cpu(rank, costs.send_overhead_s(True) - costs.send_overhead)
+            self._owe_cpu(rank, costs.send_extra_after_compute_s())
         if blocking:
             return self.spend_owed_cpu(rank)
         owed = self._cpu_owed_s.get(rank, 0.0)
