@@ -140,6 +140,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         "collective_reduction": jsonable(result.extra.get("collective_reduction") or []),
         # per-byte CPU of messages (LogGOPS O): measured (platform.messages) or the link kinds' own
         "message_copies": jsonable(result.extra.get("message_copies") or []),
+        # the runtime's turn between two requests (platform.calls): charged with its source, or not
+        "runtime_calls": jsonable(result.extra.get("runtime_calls")),
         # the workers as one lockstep process or one process each, and why (simdist run --per-rank forces the latter)
         "execution": jsonable(result.extra.get("execution") or {}),
         # per device and op (update, average, ...): measured by calibrate compute, or estimated

@@ -313,6 +313,7 @@ class Simulation:
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
                    "collective_reduction": self.world.reduction_basis(),
                    "message_copies": self.platform.copies.basis(),
+                   "runtime_calls": runtime_calls_basis(self.platform.spec.calls),
                    "execution": self.execution,
                    "data_loading": self.world.data_loading.describe(),
                    "validation_split": {"fraction": scenario.validation_split,
@@ -369,3 +370,13 @@ def fewer_collections():
         yield
     finally:
         gc.set_threshold(*previous)
+
+
+def runtime_calls_basis(calls) -> dict[str, Any]:
+    """What the runtime's turn between two requests cost the ranks (``platform.calls``), for the
+    manifest: its figures and their source, or that the turns were not charged and what measures them."""
+    if calls is None:
+        return {"charged": False, "why": "platform.calls absent: the runtime's turns between requests cost "
+                                         "nothing (simdist calibrate network --path runtime measures them)"}
+    return {"charged": True, "overhead_s": calls.overhead, "overhead_after_compute_s": calls.seconds(True),
+            "source": calls.source}

@@ -121,6 +121,12 @@ def test_a_run_charges_the_turns_to_update_and_the_cold_collective_call_to_comm_
     assert (grew["update"] >= steps * (100e-6 + 3 * 10e-6) * 0.999).all()
     assert (grew["comm_cpu"] >= steps * 190e-6 * 0.999).all()
     assert priced.summary["virtual_time_s"] > plain.summary["virtual_time_s"]
+    # the manifest says whether the turns were charged, and from what
+    assert plain.manifest["runtime_calls"]["charged"] is False
+    assert "calibrate network --path runtime" in plain.manifest["runtime_calls"]["why"]
+    assert priced.manifest["runtime_calls"] == {"charged": True, "overhead_s": pytest.approx(10e-6),
+                                                "overhead_after_compute_s": pytest.approx(100e-6),
+                                                "source": "hand-made"}
 
 
 @pytest.mark.parametrize("fields, why", [
