@@ -4,7 +4,7 @@
                                                [--models 256x256,512x512] [--steps 60]
                                                [--compute-repeats 10] [--compute-rounds 5]
                                                [--network-path runtime|mpi] [--no-cpu-share]
-                                               [--wait-idle S] [--retries N] [--rescore]
+                                               [--wait-idle S] [--retries N] [--repeat-real] [--rescore]
                                                [--out results/predictive_validation]
 
 ``benchmarks/validation_table.py`` calibrates each point from a short real run of that very
@@ -60,6 +60,13 @@ helpers). ``--wait-idle`` waits for a quiet host before every calibration and ru
 core during either. Writes ``OUT/predictive_validation.csv`` (one row per point) and
 ``OUT/per_worker.csv`` (the parts per worker).
 
+``--repeat-real`` runs every point for real a second time, after its simulation, and scores
+that run against the first exactly as the simulation is scored (``again_*`` columns: raw
+per-iteration differences, not level-matched, since the simulation's level is a microbenchmark's
+taken before the run; the total; the ledger part by part). ``host_repeats_within_target`` says
+whether the host's own second run met the iteration target; the summary line counts the points
+where it did, and how many of those the simulation met.
+
 A diagnostic beside the errors, read from the real run after the comparison (the simulation
 never sees it): the slowest worker's median CPU time per forward/backward at the workload's
 batch against the profile's step (``fb_level_pct``, :func:`compute_level`), which separates a
@@ -86,6 +93,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 import yaml
 
+from simdist.ledger import compare_ledgers
 # the fidelity targets: iteration median/p90 |error|; every ledger part of at least LEDGER_SHARE_PCT of the
 # real step within LEDGER_PART_PCT (the same figures simdist validate judges by)
 from simdist.validation.verdict import LEDGER_PART_PCT, LEDGER_SHARE_PCT, TARGET_MEDIAN_PCT, TARGET_P90_PCT
@@ -97,6 +105,10 @@ from validation_table import (BASE, SCENARIO, WORKLOADS, load_line, other_load, 
 ALGORITHMS = ("sync", "asgd", "nsoftsync", "dbs", "daso", "dcs3gd", "nnt")
 DEFAULT_MODELS = "256x256,512x512"
 PARTS = ("compute", "comm", "wait", "host")
+# a second real run against the first (--repeat-real): raw per-iteration differences, the total, the level factor,
+# and its ledger part by part, scored as the simulation's is
+AGAIN_FIGURES = ("median_pct", "p90_pct", "total_pct", "level_ratio", "ledger_parts_checked", "ledger_parts_within",
+                 "ledger_worst_part", "ledger_within_target")
 COLUMNS = (["algorithm", "ranks", "model", "iterations", "median_pct", "p90_pct", "total_pct",
             "real_iteration_ms", "sim_iteration_ms", "mean_iteration_pct"]
            + [f"{part}_{what}" for part in PARTS for what in ("real_ms", "sim_ms", "pct", "contrib_pct")]
@@ -104,7 +116,8 @@ COLUMNS = (["algorithm", "ranks", "model", "iterations", "median_pct", "p90_pct"
               "profile_fb_ms", "real_fb_cpu_ms", "real_fb_cpu_slowest_ms", "fb_level_pct",
               "real_wall_over_cpu", "noise_rank_sigma", "noise_correlation", "co_run_factor", "other_load_calibrate",
               "other_load_run",
-              "steal", "attempts", "dir"])
+              "steal", "attempts"]
+           + [f"again_{what}" for what in AGAIN_FIGURES] + ["host_repeats_within_target", "dir"])
 BATCH_SIZE = 2048  # per worker, validation_table's standard workload
 BUSY_CORES = 0.1  # other processes' CPU above which a calibration or run is not this machine's (validation_table)
 
@@ -163,6 +176,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="calibrate and run a point again (at most this many times) when other processes used "
                              f"> {BUSY_CORES:g} core during its compute calibration or its real run")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="limit of one real run (default %(default)s)")
+    parser.add_argument("--repeat-real", action="store_true",
+                        help="run every point for real a second time and score that run against the first, "
+                             "as the simulation is scored: how far this host repeats itself")
     parser.add_argument("--rescore", action="store_true",
                         help="calibrate and run nothing: recompute the rows of the points already in --out from "
                              "their saved directories")
@@ -363,10 +379,12 @@ def line(row: dict[str, Any]) -> str:
                      .rjust(24) for p in PARTS)
     load = f"{_load(row.get('other_load_calibrate'))}/{_load(row.get('other_load_run'))}"
     total = row.get("total_pct")
+    again = "" if row.get("again_median_pct") is None else (
+        f"   real again: {row['again_median_pct']:.1f}/{row['again_p90_pct']:.1f} % median/p90")
     return (f"{row['algorithm']:10} {row['ranks']:5d} {row['model']:>9} {row['median_pct']:9.1f} {row['p90_pct']:7.1f} "
             f"{'?' if total is None else f'{total:8.1f}':>8} "
             f"{row['real_iteration_ms']:8.2f}/{row['sim_iteration_ms']:<8.2f} {parts} {load:>18} "
-            f"{_load(row.get('steal')):>6}")
+            f"{_load(row.get('steal')):>6}{again}")
 
 
 def _load(value: float | None) -> str:
@@ -449,7 +467,7 @@ def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> di
     if args.wait_idle:
         wait_idle(args.wait_idle)
     validate(SCENARIO, p["ranks"], here / "validate", overrides=sets, affinity="auto", overlay=overlay,
-             profile=profile, timeout_s=args.timeout_s, plots=False)
+             profile=profile, timeout_s=args.timeout_s, plots=False, repeat_real=getattr(args, "repeat_real", False))
     (here / "point.json").write_text(json.dumps({**{k: p[k] for k in ("label", "algorithm", "ranks", "widths")},
                                                  "other_load_calibrate": calibration_load.cores,
                                                  "overlay": str(overlay)}, indent=1) + "\n", encoding="utf-8")
@@ -470,6 +488,8 @@ def score(p: dict, here: Path) -> dict[str, Any]:
     if (here / "co_run.yaml").is_file():  # simulated with the co-run calibration's factor
         row["co_run_factor"] = yaml.safe_load((here / "co_run.yaml").read_text(encoding="utf-8"))[
             "node"]["co_run"]["oversubscribed_factor"]
+    if "real_again" in summary:
+        row.update(repeat_scores(summary["real_again"], here / "validate" / "real"))
     row.update(algorithm=p["algorithm"], ranks=p["ranks"], model=model_label(p["widths"]),
                total_pct=summary.get("total_time_error_pct"), other_load_calibrate=saved.get("other_load_calibrate"),
                other_load_run=other_load(summary), steal=summary.get("host_steal_cores"),
@@ -478,6 +498,29 @@ def score(p: dict, here: Path) -> dict[str, Any]:
                **compute_level(here / "validate" / "real", here / "profile.yaml", BATCH_SIZE))
     per_worker.insert(0, "point", p["label"])
     row["_per_worker"] = per_worker
+    return row
+
+
+def repeat_scores(again: dict[str, Any], real_dir: Path) -> dict[str, Any]:
+    """The second real run scored against the first as the simulation is (``again_*`` columns).
+
+    Raw differences, not level-matched: the simulation's level comes from a microbenchmark
+    taken before the run, so the host's speed moving between two moments is part of what it
+    is scored on, as it is part of what separates two real runs. ``host_repeats_within_target``:
+    whether the host's own second run meets the iteration-time target against its first; where
+    it does not, no prediction can be expected to."""
+    row: dict[str, Any] = {"again_median_pct": again.get("median_abs_iteration_difference_pct"),
+                           "again_p90_pct": again.get("p90_abs_iteration_difference_pct"),
+                           "again_total_pct": again.get("total_time_difference_pct"),
+                           "again_level_ratio": again.get("level_ratio")}
+    ledgers = [real_dir / "ledger.csv", Path(again["dir"]) / "ledger.csv"]
+    if all(path.is_file() for path in ledgers):
+        workers = [int(w) for w in pd.read_csv(real_dir / "workers.csv")["worker"]]
+        table = compare_ledgers(pd.read_csv(ledgers[0]), pd.read_csv(ledgers[1]), workers)
+        row.update({f"again_{key}": value for key, value in ledger_target(table).items()})
+    median, p90 = row["again_median_pct"], row["again_p90_pct"]
+    row["host_repeats_within_target"] = (None if median is None or p90 is None
+                                         else median <= TARGET_MEDIAN_PCT and p90 <= TARGET_P90_PCT)
     return row
 
 
@@ -511,6 +554,19 @@ def finish(rows: list[dict[str, Any]], workers: list[pd.DataFrame], out: Path) -
     ledger_hits = sum(bool(r.get("ledger_within_target")) for r in rows)
     print(f"# every ledger part of >= {LEDGER_SHARE_PCT:g} % of the step within {LEDGER_PART_PCT:g} %: "
           f"{ledger_hits} of {len(rows)} points")
+    repeated = [r for r in rows if r.get("host_repeats_within_target") is not None]
+    if repeated:
+        print(repeat_summary(repeated))
+
+
+def repeat_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """How often the host's second real run met the targets against its first, beside the simulation."""
+    steady = [r for r in rows if r["host_repeats_within_target"]]
+    ledger = sum(bool(r.get("again_ledger_within_target")) for r in rows)
+    return (f"# the second real run against the first (--repeat-real): iteration target met at {len(steady)} of "
+            f"{len(rows)} points, ledger target at {ledger} of {len(rows)}; the simulation meets the iteration "
+            f"target at {sum(r['within_target'] for r in steady)} of the {len(steady)} points where the host "
+            f"repeated itself")
 
 
 def rescore(todo: list[dict], out: Path) -> int:

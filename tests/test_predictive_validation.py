@@ -211,3 +211,51 @@ def test_the_network_is_calibrated_through_the_path_asked_for(pv, tmp_path, monk
     (words,) = calls
     assert words[:2] == ("calibrate", "network") and words[words.index("--path") + 1] == "runtime"
     assert words[words.index("--ranks") + 1] == "4"
+
+
+def _ledger(path: Path, forward_backward_s: float, update_s: float) -> None:
+    from simdist.ledger import PARTS
+
+    rows = []
+    for rank in (0, 1):
+        for step in range(4):
+            parts = dict.fromkeys(PARTS, 0.0)
+            parts.update(forward_backward=forward_backward_s, update=update_s)
+            rows.append({"rank": rank, "step": step, **parts, "step_s": sum(parts.values())})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_a_second_real_run_is_scored_against_the_first_as_the_simulation_is(pv, tmp_path, capsys):
+    import json
+
+    here = _point_dir(tmp_path, pv)
+    real, again = here / "validate" / "real", here / "validate" / "real-again"
+    _ledger(real / "ledger.csv", 0.080, 0.010)
+    _ledger(again / "ledger.csv", 0.084, 0.013)  # forward/backward 5 % longer, update 30 % (10 % of the step)
+    pd.DataFrame({"worker": [0, 1]}).to_csv(real / "workers.csv", index=False)
+    summary = json.loads((here / "validate" / "validation.json").read_text())
+    summary["real_again"] = {"median_abs_iteration_difference_pct": 12.5, "p90_abs_iteration_difference_pct": 18.0,
+                             "total_time_difference_pct": 6.0, "level_ratio": 0.94, "dir": str(again)}
+    (here / "validate" / "validation.json").write_text(json.dumps(summary))
+    assert pv.main(["--rescore", "--ranks", "2", "--algorithms", "sync", "--models", "8", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "real again: 12.5/18.0 % median/p90" in printed
+    # the host's own second run misses the 10 % median: no point where it repeated itself
+    assert "iteration target met at 0 of 1 points, ledger target at 0 of 1" in printed
+    row = pd.read_csv(tmp_path / "predictive_validation.csv", dtype={"model": str}).iloc[0]
+    assert row["again_median_pct"] == pytest.approx(12.5) and row["again_total_pct"] == pytest.approx(6.0)
+    assert not row["host_repeats_within_target"]
+    assert (row["again_ledger_parts_checked"], row["again_ledger_parts_within"]) == (2, 1)
+    assert row["again_ledger_worst_part"] == "update +30.0" and not row["again_ledger_within_target"]
+
+
+def test_a_host_that_repeats_itself_is_named_beside_the_simulation(pv):
+    again = {"median_abs_iteration_difference_pct": 3.0, "p90_abs_iteration_difference_pct": 9.0,
+             "total_time_difference_pct": 1.0, "level_ratio": 1.0, "dir": "no-such-dir"}
+    row = pv.repeat_scores(again, Path("no-such-dir"))  # no ledgers saved: the iteration figures alone
+    assert row["host_repeats_within_target"] is True and "again_ledger_parts_checked" not in row
+    rows = [{"host_repeats_within_target": True, "within_target": False},
+            {"host_repeats_within_target": True, "within_target": True},
+            {"host_repeats_within_target": False, "within_target": True}]
+    assert "the simulation meets the iteration target at 1 of the 2 points" in pv.repeat_summary(rows)
