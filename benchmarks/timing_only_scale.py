@@ -2,9 +2,9 @@
 
 Two tables. The first is Horovod-style sync SGD (ring allreduce, analytic collectives) on the
 cluster-a100-hdr preset (4 A100 per node, fat tree), timing-only (no tensors), ResNet-50-sized
-MLP payloads, its workers run as one lockstep cohort, against the same scenario with one SimPy
+MLP payloads, its workers run as one lockstep group, against the same scenario with one SimPy
 process per rank (``Simulation(..., lockstep=False)``); both give the same results
-(tests/test_cohort.py).
+(tests/test_lockstep_group.py).
 
 The second runs every algorithm (``--algorithms``, default all seven) at ``--gpus`` GPU counts
 with compute noise on (``compute.noise.rank_sigma`` 0.05), each point in a child process of
@@ -194,7 +194,7 @@ def peak_rss_mib() -> float:
 
 
 def sync_table(args: argparse.Namespace) -> None:
-    """The first table: sync as a lockstep cohort against one process per rank."""
+    """The first table: sync as a lockstep group against one process per rank."""
     wall_s(64, 5, 1, True)  # warm-up
     costs = []
     print(f"sync, ring allreduce (analytic), timing-only, {args.steps} steps after 10, best of {args.repeats}")
@@ -307,7 +307,7 @@ def main() -> None:
     parser.add_argument("--no-link-usage", action="store_true",
                         help="per-algorithm runs without outputs.link_usage (the links' bytes over time)")
     parser.add_argument("--skip-sync-table", action="store_true", help="only the per-algorithm table")
-    parser.add_argument("--skip-algorithms", action="store_true", help="only the sync cohort table")
+    parser.add_argument("--skip-algorithms", action="store_true", help="only the sync lockstep table")
     parser.add_argument("--largest-steps", type=int, default=100,
                         help=f"steps of the whole sync run at {LARGEST_GPUS:,} GPUs (0: not run)")
     parser.add_argument("--measure-largest", nargs=2, type=int, metavar=("GPUS", "STEPS"),

@@ -76,21 +76,44 @@ class SpanBlock:
 
 @dataclass(frozen=True)
 class UpdateBlock:
-    """Updates applied by many workers at one instant (one row each; scalars are shared)."""
+    """Updates applied by many workers of one step (one row each; scalars are shared).
 
-    time_s: float
+    ``time_s``: one instant for all, or each worker's own (a lockstep group whose members
+    apply the step at different times). ``extra``: more columns, each one value for all or
+    an array with an entry per worker.
+    """
+
+    time_s: float | np.ndarray
     workers: np.ndarray
     step: int
     version: int
     staleness: int
     batch_size: np.ndarray
     loss: np.ndarray | None  # per worker, or None (timing-only)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def rows(self) -> list[dict[str, Any]]:
-        losses = [None] * len(self.workers) if self.loss is None else [float(v) for v in self.loss]
-        return [dict(time_s=self.time_s, worker=int(w), step=self.step, version=self.version,
+        n = len(self.workers)
+        losses = [None] * n if self.loss is None else [float(v) for v in self.loss]
+        times = np.broadcast_to(np.asarray(self.time_s, dtype=float), (n,))
+        rows = [dict(time_s=float(t), worker=int(w), step=self.step, version=self.version,
                      staleness=self.staleness, batch_size=int(b), loss=loss)
-                for w, b, loss in zip(self.workers, self.batch_size, losses)]
+                for t, w, b, loss in zip(times, self.workers, self.batch_size, losses)]
+        for key, value in self.extra.items():
+            column = value if isinstance(value, np.ndarray) else [value] * n
+            for row, entry in zip(rows, column):
+                row[key] = entry.item() if isinstance(entry, np.generic) else entry
+        return rows
+
+    def until(self, end_s: float) -> "UpdateBlock":
+        """The rows applied by ``end_s`` (a run that stopped there applied no later one)."""
+        times = np.asarray(self.time_s, dtype=float)
+        if times.ndim == 0 or not np.any(times > end_s):
+            return self
+        keep = times <= end_s
+        extra = {k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in self.extra.items()}
+        return replace(self, time_s=times[keep], workers=self.workers[keep], batch_size=self.batch_size[keep],
+                       loss=None if self.loss is None else self.loss[keep], extra=extra)
 
 
 SPAN_FIELDS = ("rank", "kind", "name", "start_s", "end_s", "blocking")
@@ -189,6 +212,14 @@ class Recorder:
         if len(block.workers):
             self._update_chunks.append(block)
 
+    def clip_records(self, end_s: float) -> None:
+        """Drop update rows and events later than ``end_s`` (the run stopped there): a lockstep
+        group records its members' rows of a step together, some ahead of the run's clock."""
+        chunks = [c if isinstance(c, list) else c.until(end_s) for c in self._update_chunks]
+        self._update_chunks = [c for c in chunks if isinstance(c, list) or len(c.workers)]
+        if any((e.get("time_s") or 0.0) > end_s for e in self.events):
+            self.events = [e for e in self.events if (e.get("time_s") or 0.0) <= end_s]
+
     @property
     def updates(self) -> list[dict[str, Any]]:
         """Every update as a row, in recording order."""
@@ -201,7 +232,7 @@ class Recorder:
     def update_columns(self) -> dict[str, np.ndarray] | None:
         """The update rows as columns when every update was recorded in blocks, else None
         (then read :attr:`updates`, whose rows may carry extra columns)."""
-        if not self._update_chunks or any(isinstance(chunk, list) for chunk in self._update_chunks):
+        if not self._update_chunks or any(isinstance(chunk, list) or chunk.extra for chunk in self._update_chunks):
             return None
         parts = []
         for block in self._update_chunks:

@@ -25,7 +25,6 @@ from typing import Any, Callable
 import simpy
 import torch
 
-from .algorithms.base import Algorithm
 from .assembly import assemble_run, epoch_end_costs, profile_paths
 from .errors import InputError
 from .faults import FaultInjector
@@ -62,7 +61,7 @@ def _gradient_source(workload: Workload, timing_only: bool, loss_curve: LossCurv
     def real(rank: int, replica: Any, batch: Any):  # tensors gathered with the other queued batches
         return workload.pending.submit_batch(replica.params, batch).result
 
-    def many(ranks: list[int], replicas: list[Any], batches: list[Any]):  # a cohort's batches, gathered at once
+    def many(ranks: list[int], replicas: list[Any], batches: list[Any]):  # a lockstep group's batches, gathered at once
         return [workload.pending.submit(replica.params, x, y).result
                 for replica, (x, y) in zip(replicas, workload.many_batch_tensors(batches))]
 
@@ -85,7 +84,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, progress: Progress | None = None, *, lockstep: bool = True):
         self.scenario = scenario
-        self.lockstep = lockstep  # let the algorithm run its workers as one cohort where results are equal
+        self.lockstep = lockstep  # let the algorithm run its workers as one lockstep group where results are equal
         self.execution: dict[str, str] = {}  # how the workers were run, and why (the manifest's ``execution``)
         self.progress = progress
         self.timing_only = scenario.workload.timing_only
@@ -211,7 +210,7 @@ class Simulation:
         # a worker is done when its process ends or its node crashes (a crashed rank never ends)
         worker_done = [simpy.AnyOf(env, [processes[r], crashes[r]]) if r in crashes else processes[r]
                        for r in self.workers if r in processes]
-        worker_done = list({id(done): done for done in worker_done}.values())  # a cohort is one process
+        worker_done = list({id(done): done for done in worker_done}.values())  # a lockstep group is one process
         waits = [simpy.AllOf(env, worker_done), self.stop_event]
         if self.scenario.stop.virtual_time is not None:
             waits.append(self.background(env.timeout(self.scenario.stop.virtual_time)))
@@ -228,19 +227,19 @@ class Simulation:
         return "time_limit"
 
     @property
-    def cohort(self) -> bool:
-        """Whether the workers moved as one lockstep cohort (``execution``)."""
+    def in_lockstep(self) -> bool:
+        """Whether the workers moved as one lockstep group (``execution``)."""
         return self.execution.get("mode") == "lockstep"
 
     def _spawn_processes(self) -> dict[int, simpy.Process]:
-        """Each rank's process (rank -> process); workers of a cohort share one."""
+        """Each rank's process (rank -> process); workers of a lockstep group share one."""
         self.world.crash_possible = bool(self.scenario.faults.node_crash)
-        obstacle = "forced: one process per rank (--per-rank)" if not self.lockstep else self.world.cohort_obstacle()
-        cohort = self.algorithm.cohort_process() if obstacle is None else None
-        self.execution = _execution(self.algorithm, cohort, obstacle)
-        if cohort is not None:
-            process = self.world.spawn_cohort(self.workers, cohort)
-            # the cohort's collectives are then the only traffic: each phase's outcome is fixed
+        obstacle = "forced: one process per rank (--per-rank)" if not self.lockstep else self.world.lockstep_obstacle()
+        form = self.algorithm.lockstep_form() if obstacle is None else None
+        self.execution = _execution(self.algorithm, form, obstacle)
+        if form is not None:
+            process = self.world.spawn_group(self.workers, form.process, apart=form.apart)
+            # the group's collectives are then the only traffic: each phase's outcome is fixed
             self.world.network_exclusive = not self.scenario.faults.link_degradation
             return {rank: process for rank in self.workers}
         return {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
@@ -293,6 +292,7 @@ class Simulation:
     def _result(self, status: str, wall_time_s: float) -> RunResult:
         now, net, scenario = self.world.env.now, self.world.network, self.scenario
         self.recorder.clip_spans(now)  # work in flight when the run stopped counts up to the stop only
+        self.recorder.clip_records(now)
         net.finalize(now)
         links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])
                  for link in self.platform.links if net.link_bytes[link.index] > 0 or net.link_busy_s[link.index] > 0]
@@ -332,21 +332,25 @@ class Simulation:
 
 def simulate(scenario: Scenario, *, progress: Progress | None = None, per_rank: bool = False) -> RunResult:
     """Simulate ``scenario``; deterministic for a given scenario and seed. ``per_rank``: one
-    process per rank even where the workers could move as one lockstep cohort (same results,
-    slower: for debugging the cohort; the manifest's ``execution`` says which ran)."""
+    process per rank even where the workers could move as one lockstep group (same results,
+    slower: for debugging the group; the manifest's ``execution`` says which ran)."""
     return Simulation(scenario, progress, lockstep=not per_rank).execute()
 
 
-def _execution(algorithm: Any, cohort: Any, obstacle: str | None) -> dict[str, str]:
-    """How the workers run (``lockstep``: one process for all, :mod:`simdist.runtime.cohort`;
+def _execution(algorithm: Any, form: Any, obstacle: str | None) -> dict[str, str]:
+    """How the workers run (``lockstep``: one generator for all, :mod:`simdist.runtime.group`;
     ``per_rank``: one process each) and why."""
-    if cohort is not None:
+    if form is not None:
         return {"mode": "lockstep", "why": "every worker runs the same step: one process moves them all"}
     if obstacle is not None:
         return {"mode": "per_rank", "why": obstacle}
-    if type(algorithm).cohort_process is Algorithm.cohort_process:
+    if getattr(algorithm, "lockstep", None) is None:
         name = getattr(getattr(algorithm, "config", None), "name", type(algorithm).__name__)
         return {"mode": "per_rank", "why": f"algorithm {name!r} has no lockstep form"}
+    if algorithm.lockstep == "timing_only" and not algorithm.ctx.timing_only:
+        name = algorithm.config.name
+        return {"mode": "per_rank", "why": f"algorithm {name!r} runs in lockstep only without tensor math "
+                                           "(its workers' replicas differ in replay)"}
     return {"mode": "per_rank", "why": "the workers' own work differs by rank, so they leave a step apart"}
 
 

@@ -23,7 +23,7 @@ from simdist.results import write_result_dir
 from simdist.scenario import load_scenario, scenario_from_dict
 from simdist.simulate import Simulation
 
-from test_cohort import timing_scenario
+from test_lockstep_group import timing_scenario
 
 TRUE = dict(node_sigma=0.05, rank_sigma=0.08, correlation=0.6, straggler_probability=0.02,
             straggler_median=2.5, straggler_sigma=0.2)

@@ -21,7 +21,7 @@ from simdist.training.data_loading import PrefetchPipeline
 from simdist.training.datasets import IMAGENET_DECODE_PER_IMAGE_S
 
 from helpers import TINY_PROFILE
-from test_cohort import assert_same_results, replay_scenario, run_both
+from test_lockstep_group import assert_same_results, replay_scenario, run_both
 
 
 def scenario(data_loading=None, *, devices=2, node=None, timing_only=False, **changes) -> dict:
@@ -99,7 +99,7 @@ def test_each_epoch_starts_a_new_iterator():
 def test_serial_loading_adds_batch_times_per_sample_before_each_forward_backward(lockstep):
     sim = Simulation(scenario_from_dict(scenario({"per_sample": "1ms"})), None, lockstep=lockstep)
     result = sim.execute()
-    assert sim.cohort == lockstep
+    assert sim.in_lockstep == lockstep
     for rank in (0, 1):
         fb, data = fb_and_data(result, rank)
         assert len(fb) == len(data) == 15
@@ -140,7 +140,7 @@ def test_cohort_records_what_per_rank_processes_record():
     for loading in ({"per_sample": "3us"}, {"per_sample": "40us", "loader_workers": 2, "prefetch_factor": 1}):
         data = replay_scenario(**{"workload.data_loading": loading})
         (_, per_rank), (cohort_sim, cohort) = run_both(data)
-        assert cohort_sim.cohort and any(s.name == "data" for s in cohort.recorder.spans)
+        assert cohort_sim.in_lockstep and any(s.name == "data" for s in cohort.recorder.spans)
         assert_same_results(per_rank, cohort)
 
 
@@ -148,7 +148,7 @@ def test_cohort_of_ranks_loading_at_different_speeds_equals_per_rank_processes()
     data = replay_scenario(**{"workload.data_loading": {"per_sample": "5us"}})
     data["platform"]["device_overrides"] = [{"ranks": [1, 2], "cpus": 2.0}]  # they load twice as fast
     (_, per_rank), (cohort_sim, cohort) = run_both(data)
-    assert cohort_sim.cohort
+    assert cohort_sim.in_lockstep
     assert_same_results(per_rank, cohort)
 
 

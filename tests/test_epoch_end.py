@@ -42,7 +42,7 @@ from simdist.training.optim import OptimizerConfig
 from simdist.training.workload import build_workload
 
 from helpers import TINY_PROFILE
-from test_cohort import assert_same_results, replay_scenario, run_both
+from test_lockstep_group import assert_same_results, replay_scenario, run_both
 
 CPU_MEMORY_BPS = DEVICE_KINDS.get("cpu").memory_bandwidth_Bps  # laptop-cpu's ranks and a GPU node's host
 DIGITS_TRAIN, DIGITS_TEST, DIGITS_FEATURES = 1438, 359, 64  # sklearn digits, 80/20 split (8x8 images)
@@ -196,7 +196,7 @@ def sync_runs():
 
 def test_sync_validates_on_the_last_step_of_every_epoch_at_the_hand_computed_cost(sync_runs):
     (sim, result), _ = sync_runs
-    assert sim.cohort
+    assert sim.in_lockstep
     ledger = ledger_of(result)
     share = math.ceil(DIGITS_TEST / 3)  # 120: DistributedSampler's split of the test set
     steps_per_epoch = math.ceil((DIGITS_TRAIN // 3) / 64)  # 479 samples per worker: 8 batches, the last of 31
@@ -238,7 +238,7 @@ def test_the_work_lies_on_a_synchronous_run_s_critical_path(sync_runs):
 def test_cohort_and_per_rank_processes_charge_the_same():
     data = digits_scenario(validation={}, checkpoint={}, epochs=2)
     (cohort_sim, cohort), (rank_sim, per_rank) = run(data), run(data, lockstep=False)
-    assert cohort_sim.cohort and not rank_sim.cohort
+    assert cohort_sim.in_lockstep and not rank_sim.in_lockstep
     sums = [ledger_of(r).groupby("rank")[["eval", "checkpoint"]].sum() for r in (cohort, per_rank)]
     assert sums[0].loc[0, "checkpoint"] > 0 and (sums[0]["eval"] > 0).all()
     pd.testing.assert_frame_equal(sums[0], sums[1], rtol=1e-9, atol=0.0)
@@ -248,7 +248,7 @@ def test_cohort_and_per_rank_processes_charge_the_same():
 def test_a_noisy_cohort_records_what_per_rank_processes_record():
     data = replay_scenario(**{"workload.validation": {"samples": 50}, "workload.checkpoint": {"every_epochs": 2}})
     (_, per_rank), (cohort_sim, cohort) = run_both(data)
-    assert cohort_sim.cohort
+    assert cohort_sim.in_lockstep
     assert {s.name for s in cohort.recorder.spans} >= {VALIDATION_SPAN, CHECKPOINT_SPAN}
     assert_same_results(per_rank, cohort)
 
@@ -267,9 +267,9 @@ def test_a_checkpoint_beside_loader_workers_keeps_ranks_in_their_own_processes()
     # only worker 0 checkpoints: its loader workers' clocks part from the others', which a cohort cannot follow
     loading = {"per_sample": "3us", "loader_workers": 2}
     sim, _ = run(digits_scenario(checkpoint={}, data_loading=loading, epochs=1))
-    assert not sim.cohort
+    assert not sim.in_lockstep
     sim, _ = run(digits_scenario(validation={}, data_loading=loading, epochs=1))
-    assert sim.cohort
+    assert sim.in_lockstep
 
 
 def test_ranks_sharing_one_core_validate_at_a_third_of_its_rate():

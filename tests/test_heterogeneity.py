@@ -109,7 +109,7 @@ def test_a_rank_in_no_core_set_keeps_its_cpus():
 
 def test_core_sets_repeat_on_every_node():
     w = world({"devices": 2, "core_sets": [{"cores": 1, "devices": [0, 1]}]}, nodes=2)
-    assert not w.cohort_supported
+    assert not w.lockstep_supported
     assert finish_times(w, range(4)) == pytest.approx({r: 2.0 for r in range(4)})
 
 

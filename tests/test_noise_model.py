@@ -19,7 +19,7 @@ from simdist.scenario import scenario_from_dict
 from simdist.seeding import numpy_stream
 from simdist.simulate import Simulation
 
-from test_cohort import PROFILE, assert_same_results, run_both, timing_scenario
+from test_lockstep_group import PROFILE, assert_same_results, run_both, timing_scenario
 
 FULL = dict(node_sigma=0.05, rank_sigma=0.08, correlation=0.6, straggler_probability=0.02,
             straggler_median=2.5, straggler_sigma=0.2, source="test figures")
@@ -199,7 +199,7 @@ def test_noise_sigma_draws_are_unchanged(make_platform):
 def test_timing_only_cohort_equals_per_rank_processes_with_noise(case):
     noise = FULL if case == "all" else {"straggler_probability": 0.2, "straggler_median": 4.0, "source": "x"}
     (_, per_rank), (cohort_sim, cohort) = run_both(scenario_data(noise=noise) | {"stop": {"steps": 30}})
-    assert cohort_sim.cohort
+    assert cohort_sim.in_lockstep
     assert_same_results(per_rank, cohort)
 
 

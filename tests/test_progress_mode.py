@@ -48,7 +48,7 @@ from simdist.simulate import Simulation, simulate
 from simdist.training.data import EpochSharder
 from simdist.training.datasets import validation_split_size
 from simdist.training.replica import PhantomTensor
-from test_cohort import assert_same_results, replay_scenario, timing_scenario
+from test_lockstep_group import assert_same_results, replay_scenario, timing_scenario
 from test_conformance import EPOCHS, PROFILE, TINY
 
 T0, T1 = 1e-3, 1e-4
@@ -245,7 +245,7 @@ def test_a_cohort_overlapping_buckets_equals_per_rank_processes(mode, make):
     per_rank = Simulation(scenario, None, lockstep=False)
     cohort = Simulation(scenario, None, lockstep=True)
     a, b = per_rank.execute(), cohort.execute()
-    assert not per_rank.cohort and cohort.cohort
+    assert not per_rank.in_lockstep and cohort.in_lockstep
     assert_same_results(a, b)
 
 

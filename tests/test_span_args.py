@@ -9,7 +9,7 @@ records the same args as one process per rank.
 
 from __future__ import annotations
 
-from test_cohort import replay_scenario
+from test_lockstep_group import replay_scenario
 from test_conformance import tiny_scenario
 
 from simdist.scenario import scenario_from_dict
@@ -29,7 +29,7 @@ def test_a_collective_s_spans_carry_its_bytes_and_group_size_alike_in_a_cohort_a
     scenario = scenario_from_dict(replay_scenario(**{"stop": {"steps": 6}}))
     per_rank, simulation = comm_spans(Simulation(scenario, None, lockstep=False))
     cohort, cohort_sim = comm_spans(Simulation(scenario, None, lockstep=True))
-    assert cohort_sim.cohort and not simulation.cohort
+    assert cohort_sim.in_lockstep and not simulation.in_lockstep
     gradient_bytes = simulation.workload.param_count * 4  # float32
     assert per_rank and all(s.args == {"bytes": gradient_bytes, "group_size": 4} for s in per_rank)
     assert args_by_span(per_rank) == args_by_span(cohort)

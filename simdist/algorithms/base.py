@@ -18,7 +18,7 @@ from ..config import USER_CONFIG
 from ..registry import Registry
 from ..runtime.base import Runtime
 
-__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "PeerAlgorithm", "Process",
+__all__ = ["ALGORITHMS", "AlgorithmConfig", "AlgorithmContext", "Algorithm", "LockstepForm", "PeerAlgorithm", "Process",
            "register_imported"]
 
 Process = Callable[[Runtime], Generator]
@@ -89,11 +89,11 @@ class Algorithm:
         """The replicas whose test accuracy is reported, keyed by the rank holding them."""
         raise NotImplementedError
 
-    def cohort_process(self) -> Callable[[Any], Generator] | None:
-        """One process driving every worker in lockstep, or None (the default: one process per
-        rank). A simulator may use it instead of :meth:`processes` where it gives the same
-        results (see :mod:`simdist.runtime.cohort`); it receives a cohort runtime, whose
-        requests cover all workers at once. Called at most once, before the run starts."""
+    def lockstep_form(self) -> "LockstepForm | None":
+        """Every worker's process as one generator standing for all of them, or None (the
+        default: one process per rank). A simulator may run it instead of :meth:`processes`
+        where that gives the same results (:mod:`simdist.runtime.group`). Called at most once,
+        before the run starts."""
         return None
 
     def epochs_completed(self) -> float | None:
@@ -101,12 +101,35 @@ class Algorithm:
         return None
 
 
+@dataclass(frozen=True)
+class LockstepForm:
+    """Worker 0's process, to run for every worker as one lockstep group.
+
+    ``apart``: the workers' clocks may differ when they start a forward/backward (the
+    algorithm overlaps a collective with the next compute).
+    """
+
+    process: Process
+    apart: bool = False
+
+
 class PeerAlgorithm(Algorithm):
     """An algorithm without a server: every worker rank owns a replica and a data shard.
 
     Subclasses write ``_worker(rt, index)``, the generator of worker ``index`` (running on rank
     ``ctx.workers[index]``). Worker 0's replica is the one evaluated unless overridden.
+
+    ``lockstep`` declares that every worker runs the same requests in the same order, with
+    arguments that name no rank but through ``rt.rank`` and only collectives over all workers,
+    and that nothing it does depends on its own clock but what it records: ``"always"`` when its
+    replicas also stay equal (every worker applies the same update), ``"timing_only"`` when they
+    do only without tensor math. Such workers may run as one lockstep group
+    (:meth:`lockstep_form`). ``lockstep_apart``: whether their clocks may differ when they start
+    a forward/backward.
     """
+
+    lockstep: ClassVar[str | None] = None
+    lockstep_apart: ClassVar[bool] = False
 
     def __init__(self, config: AlgorithmConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
@@ -121,6 +144,30 @@ class PeerAlgorithm(Algorithm):
 
     def epochs_completed(self) -> float:
         return sum(d.epochs_completed for d in self.data) / len(self.data)
+
+    def lockstep_form(self) -> LockstepForm | None:
+        """Worker 0's process for all workers, where the declaration allows it and every worker's
+        own work costs the same (else they would leave a collective at different times). The
+        workers then share worker 0's replica and advance one shard position together
+        (:class:`~simdist.training.data.LockstepShards`)."""
+        if self.lockstep is None or (self.lockstep == "timing_only" and not self.ctx.timing_only):
+            return None
+        if not self._own_work_uniform():
+            return None
+        from ..training.data import LockstepShards
+
+        ctx = self.ctx
+        shards = LockstepShards(self.data[0].sharder, ctx.n_workers, ctx.max_epochs)
+        self.data = [shards.group_view(with_indices=not ctx.timing_only)] * ctx.n_workers
+        self.replicas = [self.replicas[0]] * ctx.n_workers
+        return LockstepForm(self._bind(0), apart=self.lockstep_apart)
+
+    def _own_work_uniform(self) -> bool:
+        """Whether every worker's elementwise operations cost the same (:mod:`simdist.platform.op_costs`)."""
+        from ..platform.op_costs import OPS
+
+        params, workers = self.ctx.workload.param_count, self.ctx.workers
+        return all(len({self.ctx.op_seconds(rank, op, params) for rank in workers}) == 1 for op in OPS)
 
     def _bind(self, index: int) -> Process:
         def run(rt: Runtime):

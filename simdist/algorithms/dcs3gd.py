@@ -48,7 +48,8 @@ from pydantic import Field, field_validator
 from ..runtime.base import Runtime
 from ..runtime.collectives import COLLECTIVES
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
-from .dcs3gd_math import Schedule, dcs3gd_update, distance_to_average, local_update, overlap_fraction, tensor_norm
+from .dcs3gd_math import (Schedule, dcs3gd_update, distance_to_average, local_update, overlap_fraction,
+                          tensor_norm, wait_after_compute_s)
 
 __all__ = ["Dcs3gdConfig", "Dcs3gd"]
 
@@ -90,6 +91,10 @@ class Dcs3gd(PeerAlgorithm):
     """DC-S3GD: every worker allreduces its last step while computing the next gradient."""
 
     Config = Dcs3gdConfig
+    # every worker runs the same steps; the replicas differ (each applies its own gradient), so only in timing-only
+    # runs; a worker's next forward/backward starts at its own time, beside the allreduce
+    lockstep = "timing_only"
+    lockstep_apart = True
 
     def __init__(self, config: Dcs3gdConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
@@ -159,7 +164,7 @@ class Dcs3gd(PeerAlgorithm):
             rt.record("update", worker=rt.rank, step=step + 1, version=step + 1, staleness=1, batch_size=batch.size,
                       loss=result.loss, d_norm=update.distance_norm, lambda_=update.lambda_, lr=schedule.lr(step),
                       overlap_fraction=overlap_fraction(started_s, result.end_s, done_s),
-                      allreduce_wait_s=max(done_s - result.end_s, 0.0))
+                      allreduce_wait_s=wait_after_compute_s(result.end_s, done_s))
             step += 1
 
     def _final_merge(self, rt: Runtime, replica: Any, request: Any, delta: Any):

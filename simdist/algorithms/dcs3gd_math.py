@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..training.replica import PhantomTensor
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "schedule_factor",
     "tensor_norm",
     "overlap_fraction",
+    "wait_after_compute_s",
 ]
 
 
@@ -167,12 +170,21 @@ class Schedule:
         return self.weight_decay * self.factor(iteration) if self.decay_weight_decay else self.weight_decay
 
 
-def overlap_fraction(start_s: float, compute_end_s: float, allreduce_done_s: float) -> float:
+def overlap_fraction(start_s: Any, compute_end_s: Any, allreduce_done_s: Any) -> Any:
     """Share of the allreduce hidden behind compute, both started at ``start_s``.
 
     ``allreduce_done_s`` is when waiting for the allreduce returned (at the earliest the end of
     compute): 1.0 when the allreduce was over by then, else compute time / allreduce time.
+    Floats give a float; arrays (every member of a lockstep group) give each member's share.
     """
-    if allreduce_done_s <= compute_end_s or allreduce_done_s <= start_s:
-        return 1.0
-    return max(compute_end_s - start_s, 0.0) / (allreduce_done_s - start_s)
+    start, end, done = (np.asarray(t, dtype=float) for t in (start_s, compute_end_s, allreduce_done_s))
+    hidden = (done <= end) | (done <= start)
+    span = np.where(hidden, 1.0, done - start)
+    share = np.where(hidden, 1.0, np.maximum(end - start, 0.0) / span)
+    return float(share) if share.ndim == 0 else share
+
+
+def wait_after_compute_s(compute_end_s: Any, allreduce_done_s: Any) -> Any:
+    """How long waiting for the allreduce lasted after compute had ended (0 when it was over)."""
+    wait = np.maximum(np.asarray(allreduce_done_s, dtype=float) - np.asarray(compute_end_s, dtype=float), 0.0)
+    return float(wait) if wait.ndim == 0 else wait

@@ -25,9 +25,8 @@ from typing import Any, Literal, Sequence
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..runtime.base import Group, Runtime
+from ..runtime.base import Runtime
 from ..runtime.collectives import COLLECTIVES
-from ..training.data import LockstepShards
 from ..units import parse_size
 from .base import ALGORITHMS, AlgorithmConfig, AlgorithmContext, PeerAlgorithm
 from .tensors import cast, flat_concat, flat_slice
@@ -124,6 +123,7 @@ class Sync(PeerAlgorithm):
     """Synchronous SGD; replicas stay identical."""
 
     Config = SyncConfig
+    lockstep = "always"  # every worker applies the same averaged gradient: the replicas stay equal
 
     def __init__(self, config: SyncConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
@@ -171,56 +171,6 @@ class Sync(PeerAlgorithm):
             step += 1
             rt.record("update", worker=rt.rank, step=step, version=step, staleness=0,
                       batch_size=batch.size, loss=result.loss)
-
-    def cohort_process(self):
-        """Every worker is always at the same point of the same step, so the workers can move
-        as one cohort. Their replicas stay identical, so the cohort keeps one (every worker's
-        list entry is that replica) and one shard position for all."""
-        ctx = self.ctx
-        per_rank = {part: [self._cost_s(rank, part) for rank in ctx.workers] for part in ("pack", "unpack", "update")}
-        if any(len(set(costs)) > 1 for costs in per_rank.values()):
-            return None  # ranks whose own work differs leave a collective at different times
-        self._cohort_cost_s = {part: costs[0] for part, costs in per_rank.items()}
-        self.lockstep = LockstepShards(self.data[0].sharder, ctx.n_workers, ctx.max_epochs)
-        self.data = [self.lockstep.lead] * ctx.n_workers
-        self.replicas = [self.replicas[0]] * ctx.n_workers
-        return self._cohort
-
-    def _cohort(self, rt):
-        ctx, config = self.ctx, self.config
-        replica, group = self.replicas[0], Group(tuple(ctx.workers), "world")
-        costs = self._cohort_cost_s
-        step = 0
-        while True:
-            batches = self.lockstep.next_batches(ctx.batch_size, with_indices=not ctx.timing_only)
-            if batches is None:
-                return
-            computing = rt.compute(self.replicas, batches)
-            if config.overlap == "backward":
-                sums = yield rt.overlapped_allreduce(
-                    group, computing, [b.ready_fraction for b in self.buckets],
-                    lambda k: self._cohort_wire(computing, self.buckets[k]), algorithm=config.collective)
-                total = flat_concat([s for _, s in sorted(zip((b.start for b in self.buckets), sums),
-                                                          key=lambda pair: pair[0])])
-            else:
-                yield computing.event
-                wire = yield rt.busy(costs["pack"], "pack gradient", run=lambda: self._cohort_wire(computing, None))
-                total = yield rt.allreduce(group, wire, algorithm=config.collective)
-            grad = yield rt.busy(costs["unpack"], "unpack gradient", run=lambda: average_gradient(total, ctx.n_workers))
-            yield rt.busy(costs["update"], "update", run=lambda: replica.apply_gradient(grad))
-            step += 1
-            rt.record_updates(step=step, version=step, staleness=0, batch_size=batches[0].size,
-                              losses=computing.results()[1])
-
-    def _cohort_wire(self, computing, bucket: Bucket | None) -> list[Any]:
-        """Every worker's gradient (or one bucket of it) as sent, in worker order."""
-        grads = computing.results()[0]
-        if computing.uniform:  # one phantom stands for all: convert it once
-            grads = grads[:1]
-        if bucket is not None:
-            grads = [flat_slice(g, bucket.start, bucket.stop) for g in grads]
-        wire = grads if self.wire_dtype is None else [self._to_wire(g) for g in grads]
-        return wire * self.ctx.n_workers if computing.uniform else wire
 
     def _overlapped_step(self, rt: Runtime, group, replica, batch):
         """Forward/backward with bucket allreduces launched as buckets become ready."""

@@ -300,8 +300,9 @@ class ComputeModel:
             work *= self.stragglers.factor(rank, now_s)
         return work
 
-    def durations_s(self, ranks: list[int], batch_size: int, now_s: float = 0.0) -> np.ndarray:
-        """:meth:`duration_s` of every rank in ``ranks`` (rank order), as one array.
+    def durations_s(self, ranks: list[int], batch_size: int, now_s: Any = 0.0) -> np.ndarray:
+        """:meth:`duration_s` of every rank in ``ranks`` (rank order), as one array, all starting
+        at ``now_s`` or each at its own entry of it.
 
         The same floating-point operations in the same order, and one draw per rank from
         its own noise stream (one step of each rank's correlated noise), so each entry equals
@@ -327,7 +328,8 @@ class ComputeModel:
         if self.noise is not None:
             work = work * self.noise.next_factors(rank_index)
         if self.stragglers is not None:
-            work = work * np.array([self.stragglers.factor(r, now_s) for r in ranks])
+            starts = np.broadcast_to(np.asarray(now_s, dtype=float), (len(ranks),))
+            work = work * np.array([self.stragglers.factor(r, float(t)) for r, t in zip(ranks, starts)])
         return work / share
 
     def describe(self) -> dict:

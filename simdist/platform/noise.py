@@ -23,7 +23,7 @@ Determinism: every number comes from named streams of the run's seed
 ``compute-noise/rank<r>/straggler-size``. A component that is off draws nothing, and none
 of these is the stream of ``compute.noise_sigma`` (``compute-noise/rank<r>``), so turning
 this model on changes no other number. A rank's factors are computed a block at a time into
-a table; drawing them one rank at a time or for a whole cohort at once reads the same table
+a table; drawing them one rank at a time or for a whole lockstep group at once reads the same table
 entries, so the two give identical numbers.
 """
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Generator, Iterable
 
+import numpy as np
 import simpy
 
 from ..errors import SimulationError
@@ -33,7 +34,7 @@ from ..platform.network import NETWORK_MODELS
 from ..platform.topology import Platform
 from ..recorder import Recorder, UpdateBlock
 from .base import Group, Ranks
-from .cohort import CohortProcess, CohortRuntime
+from .group import GroupRuntime, drive_group
 from .collectives import FIDELITIES
 from .payloads import Deferred
 from .progress import OnCallProgress
@@ -68,8 +69,8 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         self._gradient_source = gradient_source
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
-        self.crash_possible = False  # set when the run schedules node crashes (rules out cohorts)
-        self.network_exclusive = False  # set when one cohort is all the traffic and links never change
+        self.crash_possible = False  # set when the run schedules node crashes (rules out lockstep groups)
+        self.network_exclusive = False  # set when one lockstep group is all the traffic and links never change
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
         self._groups: dict[tuple[tuple[int, ...], str], Group] = {}  # (ranks, name) -> the one Group (group())
         self._init_collectives()
@@ -99,18 +100,18 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         return self.env.process(self._drive(rank, generator))
 
     @property
-    def cohort_supported(self) -> bool:
-        """Whether ranks can move as one cohort with the same results as one process each."""
-        return self.cohort_obstacle() is None
+    def lockstep_supported(self) -> bool:
+        """Whether ranks can move as one lockstep group with the same results as one process each."""
+        return self.lockstep_obstacle() is None
 
-    def cohort_obstacle(self) -> str | None:
-        """Why ranks cannot move as one cohort here (None: nothing stops them).
+    def lockstep_obstacle(self) -> str | None:
+        """Why ranks cannot move as one lockstep group here (None: nothing stops them).
 
         Node cores that are shared (a rank's compute rate depends on what the ranks sharing its
         cores do at each instant), nodes that may crash (a crash stops some ranks mid-step),
         epoch-end work that sets some ranks' loader workers apart, and runtime calls that cost
         CPU (``platform.calls``, a collective's first call after compute priced cold), which a
-        cohort's requests do not make one by one.
+        group's requests do not make one by one.
         """
         if self._cores is not None:
             return "node cores are shared (platform.node.cores): each rank's rate depends on the others'"
@@ -127,21 +128,18 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
 
     def _epoch_end_splits_loaders(self) -> bool:
         """Whether only some ranks' epoch-end work (the checkpoint's writer) would set their loader
-        workers' clocks apart, which a cohort's shared loader state cannot follow."""
+        workers' clocks apart, which a group's shared loader state cannot follow."""
         loading = self.data_loading
         return (self.epoch_end is not None and self.epoch_end.schedule.differs_by_rank()
                 and loading is not None and not loading.serial)
 
-    def spawn_cohort(self, ranks: Iterable[int], process: CohortProcess) -> simpy.Process:
-        """Run a cohort process for ``ranks`` moving in lockstep (see :mod:`.cohort`); its
-        requests are SimPy events, so SimPy drives it directly."""
-        cohort = CohortRuntime(self, list(ranks))
-        return self.env.process(self._drive_cohort(cohort, process(cohort)))
-
-    @staticmethod
-    def _drive_cohort(cohort: CohortRuntime, generator: Generator):
-        yield from generator
-        yield from cohort.finish_epoch()
+    def spawn_group(self, ranks: Iterable[int], generator_of: Callable[[Any], Generator], *,
+                    apart: bool = False) -> simpy.Process:
+        """Run one algorithm generator for all ``ranks`` as a lockstep group (:mod:`.group`);
+        ``generator_of`` makes it from the group's runtime. ``apart``: the members' clocks may
+        differ when they start computing."""
+        group = GroupRuntime(self, list(ranks), apart=apart)
+        return self.env.process(drive_group(group, generator_of(group)))
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
@@ -222,11 +220,11 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
     # -- records ---------------------------------------------------------------------
 
     def record_update_block(self, block: UpdateBlock) -> None:
-        """Updates of a cohort: recorded as one block; listeners hear its first row (every row
-        of a block has the same time and step)."""
+        """Updates of a lockstep group: recorded as one block; listeners hear its first row (every
+        row of a block has the same step; the first is the earliest, made now)."""
         self.recorder.update_block(block)
         if self.update_listeners:
-            row = dict(time_s=block.time_s, worker=int(block.workers[0]), step=block.step, version=block.version,
+            row = dict(time_s=float(np.min(block.time_s)), worker=int(block.workers[0]), step=block.step, version=block.version,
                        staleness=block.staleness, batch_size=int(block.batch_size[0]),
                        loss=None if block.loss is None else float(block.loss.max()))  # NaN propagates: divergence shows
             for listener in self.update_listeners:

@@ -279,7 +279,7 @@ class CollectiveExecution:
     def _replay_alone(self, key: Any, index: int, phase):
         """A phase on a network nobody else uses: its outcome was fixed the first time it ran.
 
-        When the only traffic is the phase itself (``network_exclusive``: one cohort is the
+        When the only traffic is the phase itself (``network_exclusive``: one lockstep group is the
         only process, and no link changes capacity), the phase takes the same time and moves
         the same bytes every time it runs. It is run once on a scratch copy of the network;
         afterwards it costs one timer, and its bytes and busy time are added to the counters

@@ -11,13 +11,14 @@ differ on every call (DBS-SGD), and a batch never spans two epochs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ..errors import InputError
 from ..seeding import numpy_stream
 
-__all__ = ["EpochSharder", "Batch", "ShardIterator", "LockstepShards"]
+__all__ = ["EpochSharder", "Batch", "ShardIterator", "LockstepShards", "GroupBatch", "GroupShards"]
 
 
 class EpochSharder:
@@ -170,3 +171,74 @@ class LockstepShards:
         size = self.sharder.shard_size
         return [first] + [Batch(order[w * size + position : w * size + stop], epoch, w, first.closes_epoch)
                           for w in range(1, self.workers)]
+
+    def group_view(self, *, with_indices: bool = True) -> "GroupShards":
+        """One iterator for a lockstep group: its batches carry every worker's (:class:`GroupBatch`)."""
+        return GroupShards(self, with_indices)
+
+
+@dataclass(frozen=True)
+class GroupBatch:
+    """Worker 0's batch, standing for every worker's equal-sized one (``members``, worker order)."""
+
+    members: list[Batch]
+    source: "GroupShards | None" = None
+
+    def asked_at(self, times_s: np.ndarray, now: Callable[[], float]) -> None:
+        """When each worker asked for it (the group's runtime knows; ``now`` reads the run's clock)."""
+        if self.source is not None:
+            self.source.asked_at(times_s, now)
+
+    @property
+    def size(self) -> int:
+        return self.members[0].size
+
+    @property
+    def epoch(self) -> int:
+        return self.members[0].epoch
+
+    @property
+    def worker(self) -> int:
+        return self.members[0].worker
+
+    @property
+    def closes_epoch(self) -> bool:
+        return self.members[0].closes_epoch
+
+    @property
+    def from_pool(self) -> bool:
+        return False
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.members[0].indices
+
+
+class GroupShards:
+    """The shard iterator of a lockstep group's one generator (what every worker's own would give)."""
+
+    def __init__(self, shards: LockstepShards, with_indices: bool):
+        self.shards, self.with_indices = shards, with_indices
+        self.sharder = shards.sharder
+        self._before = shards.epochs_completed  # before the latest batch was taken
+        self._asked_s: np.ndarray | None = None  # when each worker asked for the latest batch
+        self._now: Callable[[], float] | None = None
+
+    @property
+    def epochs_completed(self) -> float:
+        """The mean over workers, as their own iterators count: a worker that, by the run's
+        clock, has not asked for the latest batch yet has not taken it."""
+        done = self.shards.epochs_completed
+        if self._asked_s is None or self._now is None:
+            return done
+        later = self._asked_s > self._now()
+        return done if not later.any() else float(np.where(later, self._before, done).mean())
+
+    def asked_at(self, times_s: np.ndarray, now: Callable[[], float]) -> None:
+        self._asked_s, self._now = np.asarray(times_s, dtype=float), now
+
+    def next_batch(self, batch_size: int) -> GroupBatch | None:
+        self._before, self._asked_s = self.shards.epochs_completed, None
+        batches = self.shards.next_batches(batch_size, with_indices=self.with_indices)
+        return None if batches is None else GroupBatch(batches, self)
+

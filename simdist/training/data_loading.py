@@ -146,7 +146,7 @@ class DataLoading:
 
     ``figures[r]``: rank ``r``'s :class:`LoadFigure`; ``cores[r]``: the CPU share its own
     loading runs at (``loader_workers: 0``). A run asks either rank by rank (:meth:`wait_s`)
-    or for a lockstep cohort at once (:meth:`waits_s`), never both.
+    or for a lockstep group at once (:meth:`waits_s`), never both.
     """
 
     def __init__(self, figures: Sequence[LoadFigure], cores: Sequence[float], config: DataLoadingConfig):
@@ -177,10 +177,10 @@ class DataLoading:
         return self._pipeline(rank, rank).wait_s(now_s, batch_size, epoch)
 
     def waits_s(self, ranks: Sequence[int], now_s: float, batch_size: int, epoch: Any) -> np.ndarray:
-        """:meth:`wait_s` of every rank of a cohort, all asking at ``now_s`` (rank order).
+        """:meth:`wait_s` of every rank of a lockstep group, all asking at ``now_s`` (rank order).
 
         Ranks asking at the same instants for the same batches with the same figure have the
-        same loader state, so a cohort keeps one pipeline per figure.
+        same loader state, so a group keeps one pipeline per figure.
         """
         index = np.asarray(ranks, dtype=np.int64)
         if self.serial:
@@ -188,7 +188,7 @@ class DataLoading:
         per_sample = self._per_sample[index]
         waits = np.empty(len(index))
         for value in np.unique(per_sample):
-            lane = ("cohort", float(value))
+            lane = ("group", float(value))
             waits[per_sample == value] = self._pipeline(lane, int(index[per_sample == value][0])).wait_s(
                 now_s, batch_size, epoch)
         return waits

@@ -121,7 +121,7 @@ class EpochEndSchedule:
 
     def owes_nothing_before(self, batch: Any) -> bool:
         """Whether no rank owes work now and ``batch`` (of ranks in lockstep) closes no epoch:
-        a cohort then skips asking rank by rank."""
+        a lockstep group then skips asking rank by rank."""
         return not self._ended and not getattr(batch, "closes_epoch", False)
 
     def at_finish(self, rank: int) -> list[EpochEndTask]:
