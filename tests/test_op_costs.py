@@ -19,7 +19,8 @@ def test_without_a_measurement_an_op_costs_its_bytes_over_the_memory_bandwidth()
     model = OpCostModel(build_platform("laptop-cpu", node={"devices": 2}))
     assert model.seconds(0, "update", 10**6) == pytest.approx(12e6 / CPU_MEMORY_BPS)
     assert model.seconds(1, "average", 10**6, buffers=3) == pytest.approx(16e6 / CPU_MEMORY_BPS)
-    assert model.seconds(0, "compensate", 10**6) == pytest.approx(16e6 / CPU_MEMORY_BPS)
+    assert model.seconds(0, "compensate", 10**6) == pytest.approx(68e6 / CPU_MEMORY_BPS)
+    assert model.seconds(0, "merge", 10**6) == pytest.approx(48e6 / CPU_MEMORY_BPS)
     assert {row["basis"] for row in model.describe()} == {"estimate"}
     assert "19.0 GB/s" in model.describe()[0]["source"]
 
@@ -111,7 +112,7 @@ def test_the_cache_flush_writes_twice_the_largest_cache(tmp_path, sizes, expecte
 
 
 def test_bytes_per_parameter_follow_what_each_op_reads_and_writes():
-    assert [bytes_per_param(op) for op in ("update", "compensate", "copy")] == [12, 16, 8]
+    assert [bytes_per_param(op) for op in ("update", "compensate", "merge", "copy")] == [12, 68, 48, 8]
     assert bytes_per_param("average", buffers=3) == 16
 
 
@@ -122,6 +123,17 @@ def test_a_run_charges_and_records_the_ops_its_algorithm_does():
         ("cpu", "update", "estimate"), ("cpu", "copy", "estimate")}
     updates = [s for s in result.recorder.spans if s.name == "nnt neighbour update"]
     assert updates and all(s.duration_s > 0 for s in updates)
+
+
+def test_dcs3gd_charges_its_step_its_move_to_the_average_and_its_compensation():
+    result = simulate(tiny_scenario("dcs3gd"))
+    assert {r["op"] for r in result.extra["op_costs"]} == {"update", "merge", "compensate"}
+    spans = [s for s in result.recorder.spans if s.rank == 0 and s.name in ("dcs3gd update", "dcs3gd final merge")]
+    first, later, final = spans[0], spans[1], spans[-1]
+    # estimates: the first step is the optimizer step alone (12 bytes per parameter); every later one adds the move
+    # to the average (48) and the compensation (68); the final merge is one move (48)
+    assert later.duration_s == pytest.approx(first.duration_s * (12 + 48 + 68) / 12)
+    assert final.name == "dcs3gd final merge" and final.duration_s == pytest.approx(first.duration_s * 48 / 12)
 
 
 def test_an_aggregating_server_sums_every_push_and_applies_once_per_round():

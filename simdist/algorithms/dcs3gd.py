@@ -20,13 +20,12 @@ with η_1 the optimizer's ``lr``), ``warmup_iterations`` (0) starting at
 ``final_lr_fraction`` = 0 at ``decay_iterations``, default the run's length when
 ``stop.epochs`` is set, otherwise no decay), ``schedule_weight_decay`` (true: weight decay
 follows the same factor), ``collective`` (default: the scenario's ``network.collective``),
-``update_time_per_param`` (seconds per parameter charged for each update; default: the
-compute profiles are measured with the optimizer step included, as sync's are, and each
-update adds its own elementwise passes — the distance to the average (an ``update``-shaped
-pass: read two buffers, write one) and the delay compensation (``compensate``, not with
-``lambda0: 0``, where the math skips it) — charged at
-the device's measured or estimated op costs (:mod:`simdist.platform.op_costs`); the final
-merge is one ``update`` pass).
+``update_time_per_param`` (seconds per parameter charged for each update; default: each
+update's own arithmetic at the device's measured or estimated op costs
+(:mod:`simdist.platform.op_costs`): the optimizer step (``update``), the move to the
+workers' average with its own step and ‖D‖ (``merge``) and the delay compensation
+(``compensate``, not with ``lambda0: 0``, where the math skips it); the first step is the
+optimizer step alone, the final merge one ``merge``).
 
 **choice**: the schedule is iteration based and its defaults (no warm-up, linear decay over
 the run) are this module's; the paper's warm-up length is a scenario setting.
@@ -74,8 +73,8 @@ class Dcs3gdConfig(AlgorithmConfig):
     schedule_weight_decay: bool = Field(True, description="weight decay follows the learning-rate factor. Default true")
     collective: str | None = Field(None, description="allreduce algorithm (default: network.collective)")
     update_time_per_param: float | None = Field(
-        None, ge=0, description="seconds per parameter charged for one update (distance + compensation). Default: "
-                                "the device's 'update' and 'compensate' op costs (the profile holds the step)")
+        None, ge=0, description="seconds per parameter charged for one update. Default: the device's 'update', "
+                                "'merge' and 'compensate' op costs")
 
     @field_validator("collective")
     @classmethod
@@ -107,13 +106,20 @@ class Dcs3gd(PeerAlgorithm):
         per_param = config.update_time_per_param
         self.update_s = None if per_param is None else per_param * ctx.workload.param_count
 
-    def _update_s(self, rank: int, final: bool = False) -> float:
-        """Time charged for one update (or the final merge) on ``rank`` (see ``update_time_per_param``)."""
+    def _update_s(self, rank: int, kind: str = "step") -> float:
+        """Time charged on ``rank`` for its own arithmetic (see ``update_time_per_param``): ``first``,
+        the optimizer step alone; ``step``, the step on the compensated gradient after moving to the
+        average (``update`` + ``compensate`` + ``merge``); ``final``, the last move to the average."""
         if self.update_s is not None:
             return self.update_s
         params, op = self.ctx.workload.param_count, self.ctx.op_seconds
-        compensates = not final and self.config.lambda0 > 0  # λ0 = 0: the math skips the pass
-        return op(rank, "update", params) + (op(rank, "compensate", params) if compensates else 0.0)
+        if kind == "first":
+            return op(rank, "update", params)
+        if kind == "final":
+            return op(rank, "merge", params)
+        compensates = self.config.lambda0 > 0  # λ0 = 0: the math skips the compensation
+        return (op(rank, "update", params) + op(rank, "merge", params)
+                + (op(rank, "compensate", params) if compensates else 0.0))
 
     def _decay_iterations(self) -> int | None:
         config, ctx = self.config, self.ctx
@@ -142,7 +148,7 @@ class Dcs3gd(PeerAlgorithm):
             return step_delta
 
         # the first step: no compensation
-        delta = yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd update", run=first_step)
+        delta = yield rt.busy(self._update_s(rt.rank, "first"), "dcs3gd update", run=first_step)
         step = 1
         rt.record("update", worker=rt.rank, step=step, version=step, staleness=0, batch_size=batch.size,
                   loss=result.loss, d_norm=0.0, lambda_=0.0, lr=schedule.lr(0), overlap_fraction=None,
@@ -175,5 +181,5 @@ class Dcs3gd(PeerAlgorithm):
             replica.params.add_(distance)
             return distance
 
-        distance = yield rt.busy(self._update_s(rt.rank, final=True), "dcs3gd final merge", run=merge)
+        distance = yield rt.busy(self._update_s(rt.rank, "final"), "dcs3gd final merge", run=merge)
         rt.record("dcs3gd_final_merge", worker=rt.rank, d_norm=tensor_norm(distance))

@@ -7,7 +7,9 @@ seconds per parameter (``average``: per input buffer) into the profile's ``ops``
 where the simulator prefers them to its memory-bandwidth estimate. ``gather`` (random rows of
 64 elements picked into a batch) prices indexing a batch out of an in-memory dataset
 (:mod:`simdist.training.data_loading`); ``save`` (``torch.save`` of the vector into a temporary
-file, deleted after each write) prices a checkpoint (:mod:`simdist.training.epoch_end`).
+file, deleted after each write) prices a checkpoint (:mod:`simdist.training.epoch_end`);
+``compensate`` and ``merge`` are DC-S3GD's own functions (:mod:`simdist.algorithms.dcs3gd_math`),
+timed as the algorithm calls them.
 
 Each op is timed on vectors of ``params`` parameters (default 4 Mi: 16 MiB per buffer, past
 the caches, as a model's parameters are), warmed up, then the median of repeated runs
@@ -43,6 +45,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..algorithms.dcs3gd_math import (apply_combined, compensated_gradient, compensation_lambda,
+                                      distance_to_average, tensor_norm)
 from ..training.data import Batch
 from .sweep_timing import cache_flush_bytes  # shared with the network sweep's cold calls
 from ..training.data_loading import LABEL_ELEMENTS
@@ -71,8 +75,14 @@ def _kernels(params: int, device: str, place: Callable) -> dict[str, Callable[[]
             out.add_(other)
         out.mul_(0.25)
 
-    def compensate() -> None:  # g + lambda * g * g * (w - w_old), in place
-        g.addcmul_(g * g, w - w_old, value=0.2)
+    def compensate() -> None:  # DC-S3GD's lambda and compensated gradient, as the algorithm computes them
+        distance = w_old  # D: a buffer the size of the parameters
+        compensated_gradient(g, distance, compensation_lambda(g, distance, 0.2))
+
+    def merge() -> None:  # DC-S3GD's move to the workers' average plus its own step, and ||D||
+        distance = distance_to_average(out, w_old, 4)
+        apply_combined(w, distance, g)
+        tensor_norm(distance)
 
     def copy() -> None:
         out.copy_(w)
@@ -96,8 +106,8 @@ def _kernels(params: int, device: str, place: Callable) -> dict[str, Callable[[]
         finally:
             os.unlink(path)
 
-    return {"update": update, "average": average, "compensate": compensate, "copy": copy, "cast": cast,
-            "gather": gather, "save": save}
+    return {"update": update, "average": average, "compensate": compensate, "merge": merge, "copy": copy,
+            "cast": cast, "gather": gather, "save": save}
 
 
 def _sync(device: str) -> None:

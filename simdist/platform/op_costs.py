@@ -19,8 +19,14 @@ is a streaming elementwise kernel whose time is set by the bytes it reads and wr
    ==============  =====================================  =====================
    ``update``      w ← w − η·g: read w, g; write w        12
    ``average``     mean of k buffers: read k, write 1     4·(k + 1)
-   ``compensate``  g + λ·g⊙g⊙(w − w′): read g, w, w′;     16
-                   write g
+   ``compensate``  DC-S3GD's delay compensation:          68
+                   λ = λ0·‖g‖/‖g⊙g⊙D‖ (g⊙g, ⊙D, two
+                   norms: 28 B) and g̃ = g + λ·g⊙g⊙D
+                   (four passes: 40 B)
+   ``merge``       a worker moved to the workers'         48
+                   average and its own step (DC-S3GD):
+                   D = Σ/N − Δ (20 B), w += D, w += Δ
+                   (24 B), ‖D‖ (4 B)
    ``copy``        read 1, write 1                        8
    ``cast``        float32 → 16-bit: read 4 B, write 2 B  6
    ``gather``      rows picked out of a table (a batch    8
@@ -51,8 +57,9 @@ from .topology import Platform
 
 __all__ = ["OPS", "BYTES_PER_PARAM", "bytes_per_param", "OpCostModel", "ops_from_profile"]
 
-OPS = ("update", "average", "compensate", "copy", "cast", "gather", "save")
-BYTES_PER_PARAM = {"update": 12.0, "compensate": 16.0, "copy": 8.0, "cast": 6.0, "gather": 8.0, "save": 8.0}  # average: 4 (k + 1), see bytes_per_param
+OPS = ("update", "average", "compensate", "merge", "copy", "cast", "gather", "save")
+BYTES_PER_PARAM = {"update": 12.0, "compensate": 68.0, "merge": 48.0, "copy": 8.0, "cast": 6.0, "gather": 8.0,
+                   "save": 8.0}  # average: 4 (k + 1), see bytes_per_param
 
 
 def bytes_per_param(op: str, buffers: int = 1) -> float:
