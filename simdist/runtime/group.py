@@ -38,141 +38,16 @@ import math
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 import numpy as np
-import simpy
 
 from ..errors import SimulationError
 from ..ledger import work_span_name
 from ..recorder import SpanBlock, UpdateBlock
 from .base import GradResult, Group
+from .group_requests import (Allreduce, Busy, GroupCompute, GroupRank, GroupRequest, MemberTensor, delay_to,
+                             member_values)
 from .payloads import payload_nbytes
 
-__all__ = ["GroupRank", "MemberTensor", "GroupRuntime"]
-
-
-class GroupRank(int):
-    """Worker 0's rank, standing for every member's own rank (a record's ``worker=rt.rank``)."""
-
-
-class MemberTensor:
-    """Every member's own tensor (a replay gradient), in member order.
-
-    Casts, slices and copies apply member by member; a group collective sums the members.
-    Anything else has no meaning for a group and is refused (an attribute error), which keeps
-    an algorithm that is not lockstep in replay from running as a group unnoticed.
-    """
-
-    __slots__ = ("members",)
-
-    def __init__(self, members: Sequence[Any]):
-        self.members = list(members)
-
-    @property
-    def dtype(self) -> Any:
-        return self.members[0].dtype
-
-    def to(self, dtype: Any) -> "MemberTensor":
-        return MemberTensor([m.to(dtype) for m in self.members])
-
-    def __getitem__(self, index: slice) -> "MemberTensor":
-        return MemberTensor([m[index] for m in self.members])
-
-    def clone(self) -> "MemberTensor":
-        return MemberTensor([m.clone() for m in self.members])
-
-    def numel(self) -> int:
-        return self.members[0].numel()
-
-    def element_size(self) -> int:
-        return self.members[0].element_size()
-
-
-def _members(value: Any, n: int) -> list[Any]:
-    """Every member's own value: a member tensor's parts, else one value standing for all."""
-    return value.members if isinstance(value, MemberTensor) else [value] * n
-
-
-def delay_to(now_s: float, target_s: float) -> float:
-    """The delay that brings a clock at ``now_s`` to ``target_s`` exactly (SimPy adds it to now):
-    ``target - now`` can miss by an ulp, and a member's clock is exact (the same sums one rank's
-    own process makes), so the group's clock lands on it. 0 for a target already passed."""
-    if target_s <= now_s:
-        return 0.0
-    delay = target_s - now_s
-    for _ in range(4):
-        reached = now_s + delay
-        if reached == target_s:
-            break
-        delay = math.nextafter(delay, math.inf if reached < target_s else 0.0)
-    return delay
-
-
-class _GroupRequest:
-    """A request of the group's generator; the driver calls :meth:`wait` when it is yielded."""
-
-    def wait(self, group: "GroupRuntime") -> Generator:
-        raise NotImplementedError
-
-
-class GroupCompute(_GroupRequest):
-    """Every member's forward/backward; yielded, each member waits for its own end."""
-
-    def __init__(self, group: "GroupRuntime", start_s: Any, durations_s: np.ndarray, free_s: np.ndarray,
-                 result: GradResult):
-        self.start_s, self.durations_s, self.free_s = start_s, durations_s, free_s
-        self.event = group.world.env.event()  # fires when the last member is done (a collective's on_call gate)
-        group.world.env.timeout(delay_to(group.world.env.now, float(free_s.max()))).callbacks.append(
-            lambda _event: self.event.succeed())
-        self._result = result
-
-    def partial_result(self) -> GradResult:
-        """The result before compute has finished, for gradient buckets backward has produced."""
-        return self._result
-
-    def at_fraction(self, fraction: float) -> "_Fraction":
-        """A request completing, for each member, when ``fraction`` of its compute has passed."""
-        return _Fraction(self, min(max(float(fraction), 0.0), 1.0))
-
-    def wait(self, group: "GroupRuntime") -> Generator:
-        group.clock = np.maximum(group.clock, self.free_s)
-        yield from group.until_earliest()
-        return self._result
-
-
-class _Fraction(_GroupRequest):
-    def __init__(self, computing: GroupCompute, fraction: float):
-        self.computing, self.fraction = computing, fraction
-
-    def wait(self, group: "GroupRuntime") -> Generator:
-        c = self.computing
-        group.clock = np.maximum(group.clock, c.start_s + self.fraction * c.durations_s)
-        yield from group.until_earliest()
-        return None
-
-
-class _Busy(_GroupRequest):
-    def __init__(self, value: Any):
-        self.value = value
-
-    def wait(self, group: "GroupRuntime") -> Generator:
-        yield from group.until_earliest()
-        return self.value
-
-
-class _Allreduce(_GroupRequest):
-    """One allreduce over every member; started once the last member has called it."""
-
-    def __init__(self, total: Any, nbytes: int, group_size: int, blocking: bool):
-        self.total, self.blocking = total, blocking
-        self.args = {"bytes": int(nbytes), "group_size": group_size, **({} if blocking else {"nonblocking": True})}
-        self.start_s = self.end_s = math.nan
-        self.done: simpy.Event | None = None
-
-    def wait(self, group: "GroupRuntime") -> Generator:
-        if not self.done.processed:
-            yield self.done
-        group.blocked(np.maximum(group.clock, self.end_s), self.start_s, self.args)
-        yield from group.until_earliest()
-        return self.total
+__all__ = ["GroupRank", "MemberTensor", "GroupRuntime", "drive_group"]
 
 
 class GroupRuntime:
@@ -346,42 +221,42 @@ class GroupRuntime:
     # -- a member's own work ----------------------------------------------------------------
 
     def busy(self, duration_s: float, name: str = "busy", *, part: str | None = None,
-             run: Callable[..., Any] | None = None, inputs: Sequence[Any] = (), lazy: bool = False) -> _Busy:
+             run: Callable[..., Any] | None = None, inputs: Sequence[Any] = (), lazy: bool = False) -> Busy:
         """Every member does its own work for ``duration_s`` from its clock; the value is ``run(*inputs)``."""
         name = work_span_name(name, part)
         value = run(*inputs) if run is not None else None
         starts = self.clock
         self.clock = ends = starts + float(duration_s)
         self.world.recorder.span_block(SpanBlock(self.ranks, "compute", name, starts, ends))
-        return _Busy(value)
+        return Busy(value)
 
     # -- collectives ------------------------------------------------------------------------
 
     def group(self, ranks: Iterable[int], name: str = "") -> Group:
         return self.world.group(ranks, name)
 
-    def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> _Allreduce:
+    def allreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> Allreduce:
         """The blocking allreduce of every member's tensor."""
         return self._allreduce(group, tensor, algorithm, blocking=True)
 
-    def iallreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> _Allreduce:
+    def iallreduce(self, group: Group, tensor: Any, *, algorithm: str | None = None) -> Allreduce:
         """The non-blocking allreduce of every member's tensor: yield it when the sum is needed."""
         return self._allreduce(group, tensor, algorithm, blocking=False)
 
-    def _allreduce(self, group: Group, tensor: Any, algorithm: str | None, blocking: bool) -> _Allreduce:
+    def _allreduce(self, group: Group, tensor: Any, algorithm: str | None, blocking: bool) -> Allreduce:
         if tuple(group.ranks) != tuple(self._rank_list):
             raise SimulationError(f"a lockstep group of ranks {self._rank_list[:4]}... can only reduce over all of "
                                   f"its members, not over group {group.name or group.ranks}")
         world = self.world
-        tensors = _members(tensor, len(self._rank_list))
+        tensors = member_values(tensor, len(self._rank_list))
         nbytes = max(payload_nbytes(t) for t in {id(t): t for t in tensors}.values())
-        request = _Allreduce(world.reduce_sum(tensors), nbytes, group.size, blocking)
+        request = Allreduce(world.reduce_sum(tensors), nbytes, group.size, blocking)
         request.done = world.env.event()
         world.env.process(self._run_allreduce(request, group, algorithm or world.default_collective,
                                               float(self.clock.max())))
         return request
 
-    def _run_allreduce(self, request: _Allreduce, group: Group, algorithm: str, last_call_s: float):
+    def _run_allreduce(self, request: Allreduce, group: Group, algorithm: str, last_call_s: float):
         world, env = self.world, self.world.env
         start_s = last_call_s
         if last_call_s > env.now:  # the last member has not called it yet
@@ -469,7 +344,7 @@ def drive_group(group: GroupRuntime, generator: Generator) -> Generator:
             request = generator.send(value)
         except StopIteration:
             break
-        if not isinstance(request, _GroupRequest):
+        if not isinstance(request, GroupRequest):
             raise SimulationError(f"a lockstep group's generator yielded {request!r}; only its runtime's requests")
         value = yield from request.wait(group)
     yield from group.finish_epoch()
