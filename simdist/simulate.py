@@ -239,8 +239,11 @@ class Simulation:
         self.execution = _execution(self.algorithm, form, obstacle)
         if form is not None:
             process = self.world.spawn_group(self.workers, form.process, apart=form.apart)
-            # the group's collectives are then the only traffic: each phase's outcome is fixed
-            self.world.network_exclusive = not self.scenario.faults.link_degradation
+            # the group's collectives are then the only traffic: each phase's outcome is fixed, and replayed
+            # from its first run, where every phase runs to its end (a time limit may stop the run inside one,
+            # whose bytes a replay would count only at its end)
+            self.world.network_exclusive = (not self.scenario.faults.link_degradation
+                                            and self.scenario.stop.virtual_time is None)
             return {rank: process for rank in self.workers}
         return {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
                 for rank, make in self.algorithm.processes().items()}

@@ -139,6 +139,7 @@ TIMING_CASES = {
                        "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "progress": "on_call"}},
     "dcs3gd-loader-workers": {"algorithm": {"name": "dcs3gd"},
                               "workload.data_loading": {"per_sample": "40us", "loader_workers": 2}},
+    "dcs3gd-time-limit": {"algorithm": {"name": "dcs3gd"}, "stop": {"virtual_time": "2.5ms"}},
     "dcs3gd-slow-links": {"algorithm": {"name": "dcs3gd"}, "stop": {"steps": 9},
                           "faults": {"link_degradation": [{"links": ["*"], "factor": 0.01, "start": "0s"}]}},
 }
@@ -151,11 +152,13 @@ def test_timing_only_group_equals_per_rank_processes(case):
     assert_same_results(per_rank, group)
 
 
-def test_phases_replayed_alone_only_when_the_group_is_all_the_traffic():
+def test_phases_replayed_alone_only_when_the_group_is_all_the_traffic_and_every_phase_ends():
     _, (plain, _) = run_both(timing_scenario())
     _, (degraded, _) = run_both(timing_scenario(**TIMING_CASES["link-degradation"]))
+    _, (cut, _) = run_both(timing_scenario(**TIMING_CASES["dcs3gd-time-limit"]))
     assert plain.world.network_exclusive and plain.world._alone
     assert not degraded.world.network_exclusive and not degraded.world._alone
+    assert cut.in_lockstep and not cut.world.network_exclusive  # a time limit may stop the run inside a phase
 
 
 @pytest.mark.parametrize("changes", [
