@@ -44,9 +44,11 @@ def test_otherwise_one_process_per_rank_with_the_reason(changes, why):
     assert execution["mode"] == "per_rank" and why in execution["why"]
 
 
-def test_per_rank_is_forced_from_the_cli_gives_the_same_results_and_is_recorded(tmp_path):
-    path = tmp_path / "sync.yaml"
-    path.write_text(yaml.safe_dump(_sync()))
+@pytest.mark.parametrize("algorithm", ["sync", "dcs3gd"])
+def test_per_rank_is_forced_from_the_cli_gives_the_same_results_and_is_recorded(tmp_path, algorithm):
+    path = tmp_path / "run.yaml"  # dc-s3gd with noise: its workers start each forward/backward at their own time
+    changes = {} if algorithm == "sync" else {"algorithm": {"name": "dcs3gd"}, "compute": {"noise_sigma": 0.2}}
+    path.write_text(yaml.safe_dump(_sync(**changes)))
     summaries, manifests = {}, {}
     for mode, extra in (("lockstep", []), ("per_rank", ["--per-rank"])):
         out = tmp_path / mode

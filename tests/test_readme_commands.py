@@ -159,6 +159,9 @@ ADJUST: dict[str, Adjust] = {
     "python benchmarks/timing_only_scale.py --skip-sync-table --gpus 64 256 1024 --algorithms nnt daso": Adjust(
         "a speed benchmark: the two algorithms at 8 and 16 GPUs, 2 steps, one repeat",
         append=("--gpus", "8", "16", "--algorithm-steps", "2", "--algorithm-repeats", "1")),
+    "python benchmarks/timing_only_scale.py --skip-sync-table --largest-steps 0 --algorithms dcs3gd --gpus 64 256 1024":
+        Adjust("a speed benchmark: dc-s3gd's lockstep group at 8 and 16 GPUs, 2 steps, one repeat",
+               append=("--gpus", "8", "16", "--algorithm-steps", "2", "--algorithm-repeats", "1")),
     "python benchmarks/memory_1024.py": Adjust("3 steps of the 1,024-GPU run", append=("--steps", "3")),
     "python benchmarks/replay_overhead.py": Adjust(
         "2 workers, 3 steps, one repeat", append=("--workers", "2", "--steps", "3", "--repeats", "1")),
