@@ -242,7 +242,11 @@ def test_cpu_share_of_a_scenarios_own_workload(tmp_path, capsys):
     document = yaml.safe_load(out.read_text())
     assert document["batch_size"] == 48 and document["model"] == f"mlp of {scenario}"  # the job's, not the zoo's
     assert {m["ranks"] for m in document["measurements"]} == {1, 2}
-    assert yaml.safe_load(overlay.read_text())["node"]["co_run"]["oversubscribed_factor"] >= 1.0
+    co_run = yaml.safe_load(overlay.read_text())["node"]["co_run"]
+    assert co_run["oversubscribed_factor"] >= 1.0
+    # the woken rank's run alone beside a busy core-mate: one of the measured bursts, or 0 (processor sharing)
+    bursts = [r["burst_s"] for r in document["wake_run_ratios"]]
+    assert co_run["wake_run_s"] == document["wake_run_s"] and (co_run["wake_run_s"] in bursts or co_run["wake_run_s"] == 0)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "bad", "workload": {"model": "nosuchmodel"}}))
     assert main(["calibrate", "cpu-share", "--scenario", str(bad), "--out", str(tmp_path / "x.yaml")]) == 2

@@ -142,6 +142,10 @@ class CoRunSpec(_Frozen):
         "and memory bandwidth. Default 1"))
     oversubscribed_factor: float = Field(1.0, ge=1.0, le=10.0, description=(
         "slow-down on top of processor sharing when more ranks than cores (k > c): context switches. Default 1"))
+    wake_run_s: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "seconds a rank that starts work after waiting runs ahead of the core-mates already running on its "
+        "shared cores, which pause meanwhile (the scheduler favours a task waking from sleep); after that "
+        "they share. 0 (default): processor sharing from the first instant"))
     source: str = Field(min_length=1, description="where the factors come from (the cpu-share calibration file)")
 
 

@@ -26,6 +26,7 @@ from ..platform.network import FlowNetwork
 from ..platform.topology import Link, Platform
 from .payloads import computed
 from .requests import ComputeRequest, Request
+from .wake_runs import WakeRuns
 
 __all__ = ["ComputeExecution"]
 
@@ -47,6 +48,9 @@ class ComputeExecution:
     def _init_compute(self) -> None:
         self._compute_until: dict[int, float] = {}
         self._cores = self._core_sharing(self.platform)
+        cores = self._cores  # a woken rank runs ahead of its running core-mates (node.co_run.wake_run_s)
+        self._wake = None if cores is None else WakeRuns(self.env, cores.network, cores.routes, cores.pools,
+                                                          cores.co_run)
         self._computing_in_pool: dict[int, int] = {}  # core pool (link index) -> its ranks computing now
         self._co_run_windows: dict[int, float | None] = {}  # core pool -> the co-run factor applied to it now
         self.data_loading: Any = None  # what a batch costs before compute (simdist.training.data_loading); None: free
@@ -209,6 +213,7 @@ class ComputeExecution:
         cap, pool = self.platform.devices[rank].cpus or 1.0, self._cores.pools[rank]
         if pool is None:
             return cap
+        self._wake.enter(rank)
         busy = self._computing_in_pool.get(pool.index, 0) + 1
         self._computing_in_pool[pool.index] = busy
         factor = self._co_running(pool, busy)
@@ -217,6 +222,7 @@ class ComputeExecution:
     def _leave_pool(self, rank: int) -> None:
         pool = self._cores.pools[rank]
         if pool is not None:
+            self._wake.leave(rank)
             self._computing_in_pool[pool.index] -= 1
             self._co_running(pool, self._computing_in_pool[pool.index])
 
