@@ -163,11 +163,18 @@ class PeerAlgorithm(Algorithm):
         return LockstepForm(self._bind(0), apart=self.lockstep_apart)
 
     def _own_work_uniform(self) -> bool:
-        """Whether every worker's elementwise operations cost the same (:mod:`simdist.platform.op_costs`)."""
-        from ..platform.op_costs import OPS
+        """Whether every worker's elementwise operations cost the same: what an op's price depends on
+        (:class:`~simdist.platform.op_costs.OpCostModel`: the device kind, its profile and a share of
+        less than a core) is the same for every worker, or there is no model (a real run)."""
+        platform = self.ctx.platform
+        if platform is None or self.ctx.op_cost is None:
+            return True
 
-        params, workers = self.ctx.workload.param_count, self.ctx.workers
-        return all(len({self.ctx.op_seconds(rank, op, params) for rank in workers}) == 1 for op in OPS)
+        def prices(rank: int) -> tuple:
+            device = platform.devices[rank]
+            return device.kind, device.profile_device, min(device.cpus or 1.0, 1.0)
+
+        return len({prices(rank) for rank in self.ctx.workers}) == 1
 
     def _bind(self, index: int) -> Process:
         def run(rt: Runtime):
