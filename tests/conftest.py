@@ -64,6 +64,27 @@ def build_world(n: int = 2, *, fidelity: str = "flows", t0: float = 1e-3, t1: fl
                     default_collective=collective)
 
 
+def busy_spans(platform: Platform, starts: dict[int, float], work_s: dict[int, float],
+               then_s: dict[int, float] | None = None) -> dict[int, tuple[float, float]]:
+    """Each rank of ``starts`` does busy work of ``work_s`` from its start (and ``then_s`` more right
+    after, with no gap) on ``platform``'s cores: each rank's (start, end of its last work)."""
+    world = build_world(platform.size, platform=platform)
+    spans = {}
+
+    def process(rank):
+        env = world.env
+        yield env.timeout(starts[rank])
+        yield world.busy(rank, work_s[rank], "update").event
+        if then_s and rank in then_s:
+            yield world.busy(rank, then_s[rank], "update").event
+        spans[rank] = (starts[rank], env.now)
+
+    for rank in starts:
+        world.env.process(process(rank))
+    world.env.run()
+    return spans
+
+
 def run_ranks(world: SimWorld, processes: dict[int, Callable]) -> None:
     for rank, process in processes.items():
         world.spawn(rank, process(world.runtime(rank)))

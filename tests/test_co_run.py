@@ -11,7 +11,7 @@ from simdist.calibrate.cpu_share import co_run_overlay
 from simdist.platform.compute import ComputeModel, ModelTiming, co_run_factors
 from simdist.platform.spec import CoRunSpec
 
-from conftest import build_platform
+from conftest import build_platform, busy_spans
 
 T0, T1 = 1e-3, 1e-4
 CO_RUN = {"undersubscribed_factor": 1.1, "oversubscribed_factor": 1.3, "source": "hand-made"}
@@ -46,25 +46,9 @@ def test_a_rank_alone_pays_nothing():
 def _pool_run(starts: dict[int, float], work_s: dict[int, float]) -> dict[int, tuple[float, float]]:
     """Ranks 1 and 2 share one core (a core set), rank 0 has its own; each rank starts its busy work
     at ``starts`` and works ``work_s``: each rank's (start, end)."""
-    from conftest import build_world
-
     platform = build_platform("laptop-cpu", node={"devices": 3, "co_run": CO_RUN, "core_sets": [
         {"cores": 1, "devices": [0]}, {"cores": 1, "devices": [1, 2]}]})
-    world = build_world(3, platform=platform)
-
-    spans = {}
-
-    def process(rank):
-        env = world.env
-        yield env.timeout(starts[rank])
-        request = world.busy(rank, work_s[rank], "update")
-        yield request.event
-        spans[rank] = (starts[rank], env.now)
-
-    for rank in starts:
-        world.env.process(process(rank))
-    world.env.run()
-    return spans
+    return busy_spans(platform, starts, work_s)
 
 
 def test_two_ranks_on_one_core_are_slowed_only_while_both_compute():

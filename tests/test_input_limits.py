@@ -19,6 +19,7 @@ from simdist.cli import main
 from simdist.errors import InputError
 from simdist.inputfile import CAPS, read_input_bytes
 from simdist.scenario import apply_overrides, scenario_from_dict
+from simdist.scenario_files import set_dotted
 from simdist.yamlio import MAX_DEPTH, parse_scalar, safe_load_limited
 
 PROFILE = str((Path(__file__).parent / "data" / "tiny_profile.yaml").resolve())
@@ -37,11 +38,7 @@ def tiny(**changes) -> dict:
         "outputs": {"plots": False, "trace": False},
     }
     for key, value in changes.items():
-        node = data
-        *path, last = key.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
+        set_dotted(data, key, value)
     return data
 
 

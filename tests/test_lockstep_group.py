@@ -20,6 +20,7 @@ import pytest
 
 from simdist import metrics
 from simdist.scenario import scenario_from_dict
+from simdist.scenario_files import set_dotted
 from simdist.simulate import Simulation
 
 PROFILE = str(Path(__file__).parent / "data" / "tiny_profile.yaml")
@@ -38,11 +39,7 @@ def replay_scenario(**changes) -> dict:
         "compute": {"profiles": [PROFILE], "noise_sigma": 0.2},
     }
     for key, value in changes.items():
-        target = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            target = target.setdefault(part, {})
-        target[leaf] = value
+        set_dotted(data, key, value)
     return data
 
 

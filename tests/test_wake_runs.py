@@ -5,30 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import build_platform, build_world
+from conftest import build_platform, busy_spans
 
 
 def _run(starts: dict[int, float], work_s: dict[int, float], wake_run_s: float,
-         after: dict[int, float] | None = None) -> dict[int, tuple[float, float]]:
-    """Ranks 0 and 1 share one core; each starts busy work at ``starts`` and works ``work_s``
-    (``after``: a second piece of work right after the first, with no gap): each rank's (start, end)."""
-    co_run = {"wake_run_s": wake_run_s, "source": "test"}
-    platform = build_platform("laptop-cpu", node={"devices": 2, "cores": 1, "co_run": co_run})
-    world = build_world(2, platform=platform)
-    ends = {}
-
-    def process(rank):
-        env = world.env
-        yield env.timeout(starts[rank])
-        yield world.busy(rank, work_s[rank], "update").event
-        if after and rank in after:
-            yield world.busy(rank, after[rank], "update").event
-        ends[rank] = (starts[rank], env.now)
-
-    for rank in starts:
-        world.env.process(process(rank))
-    world.env.run()
-    return ends
+         after: dict[int, float] | None = None, cores: float | None = 1) -> dict[int, tuple[float, float]]:
+    """Ranks 0 and 1 share one core (``cores=None``: each has its own); each starts busy work at
+    ``starts`` and works ``work_s`` (``after``: a second piece right after the first, with no gap):
+    each rank's (start, end)."""
+    node = {"devices": 2, "co_run": {"wake_run_s": wake_run_s, "source": "test"}}
+    if cores is not None:
+        node["cores"] = cores
+    return busy_spans(build_platform("laptop-cpu", node=node), starts, work_s, after)
 
 
 def test_a_rank_waking_beside_a_busy_one_runs_alone_for_its_run_then_they_share():
@@ -60,20 +48,8 @@ def test_ranks_waking_together_share_and_work_that_follows_work_is_no_wake():
 
 
 def test_a_rank_with_its_own_core_is_never_paused():
-    co_run = {"wake_run_s": 0.001, "source": "test"}
-    platform = build_platform("laptop-cpu", node={"devices": 2, "co_run": co_run})
-    world = build_world(2, platform=platform)
-    ends = {}
-
-    def process(rank, start, work):
-        yield world.env.timeout(start)
-        yield world.busy(rank, work, "update").event
-        ends[rank] = world.env.now
-
-    world.env.process(process(0, 0.0, 0.010))
-    world.env.process(process(1, 0.002, 0.0003))
-    world.env.run()
-    assert ends == pytest.approx({0: 0.010, 1: 0.0023})
+    own = _run({0: 0.0, 1: 0.002}, {0: 0.010, 1: 0.0003}, wake_run_s=0.001, cores=None)
+    assert own[0][1] == pytest.approx(0.010) and own[1][1] == pytest.approx(0.0023)
 
 
 def test_a_wake_run_is_checked():

@@ -10,15 +10,12 @@ own tensor.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Generator, Sequence
+from typing import Any, Generator, Sequence
 
 import numpy as np
 import simpy
 
 from .base import GradResult
-
-if TYPE_CHECKING:
-    from .group import GroupRuntime
 
 __all__ = ["GroupRank", "MemberTensor", "member_values", "delay_to", "GroupRequest", "GroupCompute", "Busy",
            "Allreduce"]
@@ -82,16 +79,17 @@ def delay_to(now_s: float, target_s: float) -> float:
 
 
 class GroupRequest:
-    """A request of the group's generator; the driver calls :meth:`wait` when it is yielded."""
+    """A request of the group's generator; the driver calls :meth:`wait` when it is yielded, with the
+    :class:`~simdist.runtime.group.GroupRuntime` whose members' clocks it moves."""
 
-    def wait(self, group: "GroupRuntime") -> Generator:
+    def wait(self, group: Any) -> Generator:
         raise NotImplementedError
 
 
 class GroupCompute(GroupRequest):
     """Every member's forward/backward; yielded, each member waits for its own end."""
 
-    def __init__(self, group: "GroupRuntime", start_s: Any, durations_s: np.ndarray, free_s: np.ndarray,
+    def __init__(self, group: Any, start_s: Any, durations_s: np.ndarray, free_s: np.ndarray,
                  result: GradResult):
         self.start_s, self.durations_s, self.free_s = start_s, durations_s, free_s
         self.event = group.world.env.event()  # fires when the last member is done (a collective's on_call gate)
@@ -107,7 +105,7 @@ class GroupCompute(GroupRequest):
         """A request completing, for each member, when ``fraction`` of its compute has passed."""
         return _Fraction(self, min(max(float(fraction), 0.0), 1.0))
 
-    def wait(self, group: "GroupRuntime") -> Generator:
+    def wait(self, group: Any) -> Generator:
         group.clock = np.maximum(group.clock, self.free_s)
         yield from group.until_earliest()
         return self._result
@@ -117,7 +115,7 @@ class _Fraction(GroupRequest):
     def __init__(self, computing: GroupCompute, fraction: float):
         self.computing, self.fraction = computing, fraction
 
-    def wait(self, group: "GroupRuntime") -> Generator:
+    def wait(self, group: Any) -> Generator:
         c = self.computing
         group.clock = np.maximum(group.clock, c.start_s + self.fraction * c.durations_s)
         yield from group.until_earliest()
@@ -128,7 +126,7 @@ class Busy(GroupRequest):
     def __init__(self, value: Any):
         self.value = value
 
-    def wait(self, group: "GroupRuntime") -> Generator:
+    def wait(self, group: Any) -> Generator:
         yield from group.until_earliest()
         return self.value
 
@@ -142,7 +140,7 @@ class Allreduce(GroupRequest):
         self.start_s = self.end_s = math.nan
         self.done: simpy.Event | None = None
 
-    def wait(self, group: "GroupRuntime") -> Generator:
+    def wait(self, group: Any) -> Generator:
         if not self.done.processed:
             yield self.done
         group.blocked(np.maximum(group.clock, self.end_s), self.start_s, self.args)
