@@ -21,13 +21,16 @@ microbenchmarks. This table calibrates the simulation from those alone:
   in a process of its own, which times exactly the point's model, dataset shape and optimizer
   at the batch sizes its algorithm runs (``OUT/<point>/profile.yaml``; the scenario it times is
   ``OUT/<point>/scenario.yaml``);
-* **co-running ranks**, per point with more ranks than the host has cores (unless
-  ``--no-cpu-share``): ``simdist calibrate cpu-share --scenario S.yaml --ranks 2 --cores 1``
-  times two processes stepping the point's own workload on one core against one alone, the
-  shape of the placement's core sets; the slow-down beyond processor sharing's 2x (caches,
-  memory bandwidth, context switches) becomes ``platform.node.co_run`` of the simulation
-  (``OUT/<point>/co_run.yaml``; the column ``co_run_factor``), which the simulator applies to a
-  core set while two or more of its ranks compute at once;
+* **co-running ranks**, per point (unless ``--no-cpu-share``): ``simdist calibrate cpu-share
+  --scenario S.yaml --ranks 2`` times two processes stepping the point's own workload against
+  one alone, on one core (``--cores 1``) where the point has more ranks than the host has cores,
+  the shape of the placement's core sets, else on two (``--cores 2``: each rank a core of its
+  own, sharing caches and memory bandwidth); the slow-down beyond processor sharing becomes
+  ``platform.node.co_run`` of the simulation (``OUT/<point>/co_run.yaml``; the column
+  ``co_run_factor``: the oversubscribed factor on one core, the undersubscribed one on two),
+  which the simulator applies to a node's core pool while two or more of its ranks compute at
+  once (a parameter server's worker beside a waiting server is not slowed), together with the
+  woken rank's run alone (``wake_run_s``);
 * **compute noise**, with ``--compute-noise``: ``simdist calibrate noise OUT/<point>/profile.yaml``
   fits ``compute.noise`` (``rank_sigma``, ``correlation``) to the timed steps of that same
   microbenchmark, in the order they ran (``OUT/<point>/noise.yaml``), and the simulation draws
@@ -167,8 +170,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="simulate with compute.noise fitted by simdist calibrate noise to the compute "
                              "microbenchmark's own timed steps")
     parser.add_argument("--no-cpu-share", dest="cpu_share", action="store_false",
-                        help="leave out the co-run calibration (simdist calibrate cpu-share) of points with more "
-                             "ranks than cores: the simulation then takes processor sharing alone")
+                        help="leave out the co-run calibration (simdist calibrate cpu-share) of every point: the "
+                             "simulation then takes processor sharing alone")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
                         help="before each calibration and run wait (at most S seconds) until other processes use "
                              "< 0.1 core")
@@ -431,17 +434,18 @@ def usable_cores() -> int:
     return len(available_cores())
 
 
-def co_run_override(scenario: Path, here: Path) -> str:
+def co_run_override(scenario: Path, here: Path, cores: int = 1) -> str:
     """``platform.node.co_run=...`` as ``simdist calibrate cpu-share --scenario`` measures it for two
-    of the point's ranks stepping its workload on one core, the shape of the placement's core sets
-    when ranks outnumber cores: the time per step against one rank alone, beyond processor
-    sharing's 2x (``here/cpu_share.yaml``, ``here/co_run.yaml``). Not all ranks on all cores: the
-    scheduler then moves three ranks between two cores, which the pinned run never does, and the
-    factor is erratic (3 ranks on 2 cores gave 1.03 in one table and 1.16 in the next)."""
+    of the point's ranks stepping its workload on ``cores`` cores: on one when ranks outnumber the
+    host's cores, the shape of the placement's core sets (the time per step against one rank alone,
+    beyond processor sharing's 2x); on two when each rank has a core (the slow-down of sharing
+    caches and memory bandwidth). ``here/cpu_share.yaml``, ``here/co_run.yaml``. Not all ranks on
+    all cores: the scheduler then moves three ranks between two cores, which the pinned run never
+    does, and the factor is erratic (3 ranks on 2 cores gave 1.03 in one table and 1.16 in the next)."""
     overlay = here / "co_run.yaml"
-    _simdist("calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", "2", "--cores", "1",
-             "--duration-s", "1", "--rounds", "3", "--out", str(here / "cpu_share.yaml"), "--overlay", str(overlay),
-             timeout_s=300)
+    _simdist("calibrate", "cpu-share", "--scenario", str(scenario), "--ranks", "1,2" if cores > 1 else "2",
+             "--cores", str(cores), "--duration-s", "1", "--rounds", "3", "--out", str(here / "cpu_share.yaml"),
+             "--overlay", str(overlay), timeout_s=300)
     return set_override("platform.node.co_run", yaml.safe_load(overlay.read_text(encoding="utf-8"))["node"]["co_run"])
 
 
@@ -462,8 +466,8 @@ def run_point(p: dict, args: argparse.Namespace, overlay: Path, out: Path) -> di
                  timeout_s=600)
     if getattr(args, "compute_noise", False):
         sets = [*sets, noise_override(profile, here / "noise.yaml")]
-    if getattr(args, "cpu_share", True) and p["ranks"] > usable_cores():
-        sets = [*sets, co_run_override(scenario, here)]
+    if getattr(args, "cpu_share", True):
+        sets = [*sets, co_run_override(scenario, here, 1 if p["ranks"] > usable_cores() else 2)]
     if args.wait_idle:
         wait_idle(args.wait_idle)
     validate(SCENARIO, p["ranks"], here / "validate", overrides=sets, affinity="auto", overlay=overlay,
@@ -486,8 +490,8 @@ def score(p: dict, here: Path) -> dict[str, Any]:
         fitted = yaml.safe_load((here / "noise.yaml").read_text(encoding="utf-8"))["compute"]["noise"]
         row.update(noise_rank_sigma=fitted.get("rank_sigma"), noise_correlation=fitted.get("correlation"))
     if (here / "co_run.yaml").is_file():  # simulated with the co-run calibration's factor
-        row["co_run_factor"] = yaml.safe_load((here / "co_run.yaml").read_text(encoding="utf-8"))[
-            "node"]["co_run"]["oversubscribed_factor"]
+        co_run = yaml.safe_load((here / "co_run.yaml").read_text(encoding="utf-8"))["node"]["co_run"]
+        row["co_run_factor"] = max(co_run["oversubscribed_factor"], co_run["undersubscribed_factor"])
     if "real_again" in summary:
         row.update(repeat_scores(summary["real_again"], here / "validate" / "real"))
     row.update(algorithm=p["algorithm"], ranks=p["ranks"], model=model_label(p["widths"]),

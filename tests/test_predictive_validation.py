@@ -259,3 +259,22 @@ def test_a_host_that_repeats_itself_is_named_beside_the_simulation(pv):
             {"host_repeats_within_target": True, "within_target": True},
             {"host_repeats_within_target": False, "within_target": True}]
     assert "the simulation meets the iteration target at 1 of the 2 points" in pv.repeat_summary(rows)
+
+
+@pytest.mark.parametrize("cores, ranks", [(1, "2"), (2, "1,2")])
+def test_co_running_ranks_are_measured_on_the_placements_shape(pv, tmp_path, monkeypatch, cores, ranks):
+    """Two ranks on one core where ranks outnumber cores; else on two cores, each its own (caches and
+    memory bandwidth shared); the overlay's co_run goes to the simulation as it was written."""
+    calls = []
+
+    def fake(*words, timeout_s):
+        calls.append(words)
+        (tmp_path / "co_run.yaml").write_text(
+            "node:\n  co_run: {undersubscribed_factor: 1.04, oversubscribed_factor: 1.0, wake_run_s: 0.001, source: x}\n")
+
+    monkeypatch.setattr(pv, "_simdist", fake)
+    override = pv.co_run_override(tmp_path / "scenario.yaml", tmp_path, cores)
+    (words,) = calls
+    assert words[:2] == ("calibrate", "cpu-share") and words[words.index("--cores") + 1] == str(cores)
+    assert words[words.index("--ranks") + 1] == ranks
+    assert override.startswith("platform.node.co_run=") and "1.04" in override and "0.001" in override
