@@ -143,7 +143,12 @@ class PeerAlgorithm(Algorithm):
         return {self.ctx.workers[0]: self.replicas[0]}
 
     def epochs_completed(self) -> float:
-        return sum(d.epochs_completed for d in self.data) / len(self.data)
+        """The mean over workers; workers that share one iterator (a lockstep group) read it once."""
+        read: dict[int, float] = {}
+        for d in self.data:
+            if id(d) not in read:
+                read[id(d)] = d.epochs_completed
+        return sum(read[id(d)] for d in self.data) / len(self.data)
 
     def lockstep_form(self) -> LockstepForm | None:
         """Worker 0's process for all workers, where the declaration allows it and every worker's

@@ -99,7 +99,7 @@ class GroupRuntime:
         on the group's replica; durations as each member's own request would draw them."""
         world = self.world
         batch_size = int(batch.size)
-        batches = getattr(batch, "members", None) or [batch] * len(self._rank_list)
+        batches = list(getattr(batch, "members", None) or [batch] * len(self._rank_list))
         if hasattr(batch, "asked_at"):  # each member asked for it now, at its own clock
             batch.asked_at(self.clock.copy(), lambda: world.env.now)
         epoch = getattr(batch, "epoch", 0)
@@ -123,34 +123,20 @@ class GroupRuntime:
         all, or an array where they differ."""
         now = float(self.clock.max())
         ahead = self._epoch_end(np.full(len(self._rank_list), now), self._owed_epoch_end(batches))
-        waits = self._get_batches(now + ahead, batch_size, epoch)
-        return now, ahead + waits  # 0.0 + x is x: no epoch end changes nothing
+        return now, ahead + self._get_batches(now + ahead, batch_size, epoch)  # 0.0 + x is x
 
     def _apart_start(self, batches: list[Any], batch_size: int, epoch: Any) -> tuple[np.ndarray, Any]:
         """Members each asking at its own clock: the clocks, and each member's seconds before its
         forward/backward (epoch-end work, then its batch, asked for rank by rank)."""
         base = self.clock.copy()
         before = self._epoch_end(base, self._owed_epoch_end(batches))
-        loading = self.world.data_loading
-        if loading is not None:
-            at = base + before
-            if loading.serial:  # loading on the rank's own cores takes the same time whenever it asks
-                waits = loading.waits_s(self._rank_list, math.nan, batch_size, epoch)
-            else:  # each member's loader workers have their own state: asked rank by rank, at its time
-                waits = np.array([loading.wait_s(rank, float(t), batch_size, epoch)
-                                  for rank, t in zip(self._rank_list, at)])
-            if np.any(waits > 0):
-                self.world.recorder.span_block(SpanBlock(self.ranks, "compute" if loading.serial else "wait", "data",
-                                                         at, at + waits))
-                before = before + waits
-        return base, before
+        return base, before + self._get_batches(base + before, batch_size, epoch)
 
     def _result(self, replica: Any, batches: list[Any], batch_size: int, start: Any, ends: np.ndarray) -> GradResult:
         source = self.world._gradient_source
         n = len(self._rank_list)
         if getattr(source, "uniform", False):  # timing-only: one phantom stands for every member's gradient
-            resolve_one = source(self._rank_list[0], replica, batches[0])
-            resolve = resolve_one
+            resolve = source(self._rank_list[0], replica, batches[0])
         else:
             if hasattr(source, "many"):  # one gather of every member's batch
                 sources = source.many(self._rank_list, [replica] * n, batches)
@@ -164,16 +150,26 @@ class GroupRuntime:
         start_s = np.broadcast_to(start, ends.shape).astype(float)
         return GradResult(batch_size=batch_size, start_s=start_s, end_s=ends.copy(), resolve=resolve)
 
-    def _get_batches(self, now_s: float, batch_size: int, epoch: Any) -> Any:
-        """Every member gets its batch, all asking at ``now_s``; the seconds each takes."""
+    def _get_batches(self, at_s: Any, batch_size: int, epoch: Any) -> Any:
+        """Every member gets its batch, asking at ``at_s`` (one time for all, or each member's own);
+        the seconds each takes: 0.0, one float for all, or an array where they differ.
+
+        Loading on a rank's own cores takes the same time whenever it asks, so every member asks at
+        once. Loader workers keep state: members that always ask together share one pipeline per
+        figure (``waits_s``); members apart ask rank by rank, each at its own time."""
         loading = self.world.data_loading
         if loading is None:
             return 0.0
-        waits = loading.waits_s(self._rank_list, now_s, batch_size, epoch)
+        if self.apart and not loading.serial:
+            waits = np.array([loading.wait_s(rank, float(t), batch_size, epoch)
+                              for rank, t in zip(self._rank_list, np.broadcast_to(at_s, self.ranks.shape))])
+        else:  # together, members ask at one time (lockstep_obstacle: no epoch-end work sets them apart)
+            waits = loading.waits_s(self._rank_list, float(np.max(at_s)), batch_size, epoch)
         if not np.any(waits > 0):
             return 0.0
+        at = np.broadcast_to(np.asarray(at_s, dtype=float), waits.shape)
         self.world.recorder.span_block(SpanBlock(self.ranks, "compute" if loading.serial else "wait", "data",
-                                                 np.full(len(waits), now_s), now_s + waits))
+                                                 at, at + waits))
         return float(waits[0]) if np.all(waits == waits[0]) else waits
 
     def _owed_epoch_end(self, batches: Sequence[Any]) -> list[list[Any]] | None:

@@ -178,40 +178,23 @@ class LockstepShards:
 
 
 @dataclass(frozen=True)
-class GroupBatch:
-    """Worker 0's batch, standing for every worker's equal-sized one (``members``, worker order)."""
+class GroupBatch(Batch):
+    """Worker 0's batch (its fields), standing for every worker's equal-sized one (``members``,
+    worker order); ``source`` is told when each worker asked for it."""
 
-    members: list[Batch]
+    members: tuple[Batch, ...] = ()
     source: "GroupShards | None" = None
+
+    @classmethod
+    def of(cls, members: list[Batch], source: "GroupShards | None" = None) -> "GroupBatch":
+        first = members[0]
+        return cls(first.indices, first.epoch, first.worker, first.closes_epoch, first.from_pool,
+                   members=tuple(members), source=source)
 
     def asked_at(self, times_s: np.ndarray, now: Callable[[], float]) -> None:
         """When each worker asked for it (the group's runtime knows; ``now`` reads the run's clock)."""
         if self.source is not None:
             self.source.asked_at(times_s, now)
-
-    @property
-    def size(self) -> int:
-        return self.members[0].size
-
-    @property
-    def epoch(self) -> int:
-        return self.members[0].epoch
-
-    @property
-    def worker(self) -> int:
-        return self.members[0].worker
-
-    @property
-    def closes_epoch(self) -> bool:
-        return self.members[0].closes_epoch
-
-    @property
-    def from_pool(self) -> bool:
-        return False
-
-    @property
-    def indices(self) -> np.ndarray:
-        return self.members[0].indices
 
 
 class GroupShards:
@@ -240,5 +223,5 @@ class GroupShards:
     def next_batch(self, batch_size: int) -> GroupBatch | None:
         self._before, self._asked_s = self.shards.epochs_completed, None
         batches = self.shards.next_batches(batch_size, with_indices=self.with_indices)
-        return None if batches is None else GroupBatch(batches, self)
+        return None if batches is None else GroupBatch.of(batches, self)
 
