@@ -96,7 +96,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 import yaml
 
-from simdist.ledger import compare_ledgers
+from simdist.validation.run import compare_run_ledgers
 # the fidelity targets: iteration median/p90 |error|; every ledger part of at least LEDGER_SHARE_PCT of the
 # real step within LEDGER_PART_PCT (the same figures simdist validate judges by)
 from simdist.validation.verdict import LEDGER_PART_PCT, LEDGER_SHARE_PCT, TARGET_MEDIAN_PCT, TARGET_P90_PCT
@@ -517,10 +517,8 @@ def repeat_scores(again: dict[str, Any], real_dir: Path) -> dict[str, Any]:
                            "again_p90_pct": again.get("p90_abs_iteration_difference_pct"),
                            "again_total_pct": again.get("total_time_difference_pct"),
                            "again_level_ratio": again.get("level_ratio")}
-    ledgers = [real_dir / "ledger.csv", Path(again["dir"]) / "ledger.csv"]
-    if all(path.is_file() for path in ledgers):
-        workers = [int(w) for w in pd.read_csv(real_dir / "workers.csv")["worker"]]
-        table = compare_ledgers(pd.read_csv(ledgers[0]), pd.read_csv(ledgers[1]), workers)
+    table = compare_run_ledgers(real_dir, again["dir"])
+    if table is not None:
         row.update({f"again_{key}": value for key, value in ledger_target(table).items()})
     median, p90 = row["again_median_pct"], row["again_p90_pct"]
     row["host_repeats_within_target"] = (None if median is None or p90 is None

@@ -27,17 +27,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from predictive_validation import errors, ledger_target  # noqa: E402
 
 from simdist.errors import InputError  # noqa: E402
-from simdist.ledger import compare_ledgers  # noqa: E402
 from simdist.results import write_result_dir  # noqa: E402
 from simdist.scenario import scenario_from_dict  # noqa: E402
 from simdist.scenario_files import apply_overrides  # noqa: E402
 from simdist.simulate import simulate  # noqa: E402
+from simdist.validation.run import compare_run_ledgers  # noqa: E402
 from simdist.validation.tables import compare  # noqa: E402
 from simdist.validation.verdict import TARGET_MEDIAN_PCT, TARGET_P90_PCT  # noqa: E402
 
@@ -56,10 +54,9 @@ def score(real: Path, sim: Path) -> dict[str, Any]:
     row, _ = errors(compare(real, sim))
     figures = {"median_pct": row["median_pct"], "p90_pct": row["p90_pct"]}
     figures["within_target"] = figures["median_pct"] <= TARGET_MEDIAN_PCT and figures["p90_pct"] <= TARGET_P90_PCT
-    if (real / "ledger.csv").is_file() and (sim / "ledger.csv").is_file():
-        workers = [int(w) for w in pd.read_csv(real / "workers.csv")["worker"]]
-        figures.update(ledger_target(compare_ledgers(pd.read_csv(real / "ledger.csv"), pd.read_csv(sim / "ledger.csv"),
-                                                     workers)))
+    table = compare_run_ledgers(real, sim)
+    if table is not None:
+        figures.update(ledger_target(table))
     return figures
 
 

@@ -46,7 +46,7 @@ from ..real.pilot import PILOT_WARMUP
 from ..resources import shipped_file
 from .tables import compare, plot_timelines, repeatability, summarize
 
-__all__ = ["validate", "StageProgress", "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
+__all__ = ["validate", "compare_run_ledgers", "StageProgress", "DEFAULT_OVERLAY", "CALIBRATION_REPEATS", "CALIBRATIONS"]
 
 DEFAULT_OVERLAY = shipped_file("calibration/platforms/host-shm.yaml") or Path("calibration/platforms/host-shm.yaml")
 CALIBRATION_REPEATS = 12  # timed forward/backwards per batch size and worker before the real run
@@ -69,14 +69,22 @@ def _written_table(real_dir: Path, other_dir: Path, csv: Path) -> pd.DataFrame:
     return table
 
 
+def compare_run_ledgers(real_dir: str | Path, other_dir: str | Path) -> pd.DataFrame | None:
+    """Two result directories' time ledgers part by part (:func:`simdist.ledger.compare_ledgers`),
+    over the real run's workers; None where either has no ``ledger.csv``."""
+    ledgers = [Path(d) / "ledger.csv" for d in (real_dir, other_dir)]
+    if not all(path.is_file() for path in ledgers):
+        return None
+    workers = [int(w) for w in pd.read_csv(Path(real_dir) / "workers.csv")["worker"]]
+    return compare_ledgers(pd.read_csv(ledgers[0]), pd.read_csv(ledgers[1]), workers)
+
+
 def _compared(real_dir: Path, sim_dir: Path, csv: Path) -> dict[str, Any]:
     """Compare the two runs, write the table to ``csv`` and their ledgers part by part beside it
     (``<csv stem>_ledger.csv``), return the summary (with ``ledger``: part, measured, predicted, error)."""
     summary = summarize(_written_table(real_dir, sim_dir, csv), real_dir, sim_dir)
-    ledgers = [Path(d) / "ledger.csv" for d in (real_dir, sim_dir)]
-    if all(path.is_file() for path in ledgers):
-        workers = [int(w) for w in pd.read_csv(Path(real_dir) / "workers.csv")["worker"]]
-        table = compare_ledgers(pd.read_csv(ledgers[0]), pd.read_csv(ledgers[1]), workers)
+    table = compare_run_ledgers(real_dir, sim_dir)
+    if table is not None:
         out = csv.with_name(f"{csv.stem}_ledger.csv")
         write_file_atomically(out, lambda tmp: table.to_csv(tmp, index=False, float_format="%.9g"))
         summary["ledger"] = table.to_dict(orient="records")
