@@ -22,7 +22,7 @@ import statistics
 import time
 from typing import Any, Sequence
 
-__all__ = ["ALONE_RATIO", "BURSTS_S", "measure_wake_run", "wake_run_s"]
+__all__ = ["ALONE_RATIO", "BURSTS_S", "measure_wake_run", "wake_run_s", "wake_run_fields"]
 
 ALONE_RATIO = 1.25  # a burst's wall / CPU below which it ran alone (sharing gives about 2)
 BURSTS_S = (0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3)
@@ -50,7 +50,10 @@ def _bursts(core: int, bursts_s: Sequence[float], gap_s: float, repeats: int, ou
     out.put(ratios)
 
 
-def measure_wake_run(core: int, bursts_s: Sequence[float] = BURSTS_S, gap_s: float = 3e-3,
+GAP_S = 3e-3  # the sleep before each burst
+
+
+def measure_wake_run(core: int, bursts_s: Sequence[float] = BURSTS_S, gap_s: float = GAP_S,
                      repeats: int = 40) -> dict[float, float]:
     """Per burst length, the median wall / CPU time of a burst woken beside a spinning process on ``core``."""
     context = mp.get_context("fork")
@@ -77,3 +80,12 @@ def wake_run_s(ratios: dict[float, float]) -> float:
             break
         longest = burst_s
     return longest
+
+
+def wake_run_fields(core: int) -> dict[str, Any]:
+    """The measurement on ``core`` as fields of the CPU-share file: ``wake_run_s``, every burst's ratio, the method."""
+    ratios = measure_wake_run(core)
+    return {"wake_run_s": wake_run_s(ratios),
+            "wake_run_ratios": [{"burst_s": b, "ratio": r} for b, r in sorted(ratios.items())],
+            "wake_run_method": f"a process sleeping {GAP_S * 1e3:g} ms then working a burst, beside a spinning one "
+                               f"on core {core}; the longest burst whose median wall/CPU stays below {ALONE_RATIO}"}
