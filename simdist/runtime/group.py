@@ -50,6 +50,14 @@ from .payloads import payload_nbytes
 __all__ = ["GroupRank", "MemberTensor", "GroupRuntime", "drive_group"]
 
 
+def _refusal(what: str) -> Callable[..., None]:
+    """A Runtime call a lockstep group refuses: its members would diverge."""
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise SimulationError(f"a lockstep group cannot {what}: its members would diverge (an algorithm that "
+                              "does this must not declare its workers lockstep)")
+    return refuse
+
+
 class GroupRuntime:
     """A :class:`~simdist.runtime.base.Runtime` for one generator standing for ``ranks``.
 
@@ -306,30 +314,13 @@ class GroupRuntime:
 
     # -- what a group cannot do for all its members -----------------------------------------
 
-    def _refuse(self, what: str) -> None:
-        raise SimulationError(f"a lockstep group cannot {what}: its members would diverge (an algorithm that "
-                              "does this must not declare its workers lockstep)")
-
-    def send(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("send a message")
-
-    def recv(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("receive a message")
-
-    def poll(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("poll for messages")
-
-    def inference(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("run its own inference")
-
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("broadcast")
-
-    def allgather(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("allgather")
-
-    def barrier(self, *args: Any, **kwargs: Any) -> None:
-        self._refuse("wait at a barrier")
+    send = _refusal("send a message")
+    recv = _refusal("receive a message")
+    poll = _refusal("poll for messages")
+    inference = _refusal("run its own inference")
+    broadcast = _refusal("broadcast")
+    allgather = _refusal("allgather")
+    barrier = _refusal("wait at a barrier")
 
 
 def drive_group(group: GroupRuntime, generator: Generator) -> Generator:
