@@ -62,6 +62,9 @@ class SpanBlock:
     end_s: np.ndarray
     blocking: bool = True
     args: dict[str, Any] = field(default_factory=dict)  # every span's args (shared, never written)
+    # when each rank's span is known (a rank blocked on a collective records its spans when the
+    # collective ends): a run that stops earlier has none of it; None: known from its start
+    recorded_s: np.ndarray | None = None
 
     def spans(self) -> list[Span]:
         keep = self.end_s > self.start_s
@@ -70,8 +73,11 @@ class SpanBlock:
 
     def clipped(self, end_s: float) -> "SpanBlock":
         keep = self.start_s < end_s
+        if self.recorded_s is not None:
+            keep &= self.recorded_s <= end_s
         return replace(self, ranks=self.ranks[keep], start_s=self.start_s[keep],
-                       end_s=np.minimum(self.end_s[keep], end_s))
+                       end_s=np.minimum(self.end_s[keep], end_s),
+                       recorded_s=None if self.recorded_s is None else self.recorded_s[keep])
 
 
 @dataclass(frozen=True)
@@ -222,8 +228,14 @@ class Recorder:
 
     @property
     def updates(self) -> list[dict[str, Any]]:
-        """Every update as a row, in recording order."""
-        return _flatten(self._update_chunks, UpdateBlock.rows)
+        """Every update as a row, in the order of time (one rank's rows are recorded when made, so
+        in that order; lockstep groups record a step's rows at once, ahead of some of them), rows
+        made at one instant in worker order."""
+        blocks = any(not isinstance(chunk, list) for chunk in self._update_chunks)
+        rows = _flatten(self._update_chunks, UpdateBlock.rows)
+        if blocks:
+            rows.sort(key=lambda row: (row["time_s"], row["worker"]))
+        return rows
 
     @updates.setter
     def updates(self, value: list[dict[str, Any]]) -> None:
@@ -241,7 +253,9 @@ class Recorder:
                           "step": np.full(n, block.step), "version": np.full(n, block.version),
                           "staleness": np.full(n, block.staleness), "batch_size": block.batch_size,
                           "loss": np.full(n, np.nan) if block.loss is None else np.asarray(block.loss, dtype=float)})
-        return _concatenate(parts, {c: float if c in ("time_s", "loss") else np.int64 for c in UPDATE_COLUMNS})
+        columns = _concatenate(parts, {c: float if c in ("time_s", "loss") else np.int64 for c in UPDATE_COLUMNS})
+        order = np.lexsort((columns["worker"], columns["time_s"]))  # as :attr:`updates` orders them
+        return {name: values[order] for name, values in columns.items()}
 
     # -- evaluations and events --------------------------------------------------------
 

@@ -235,16 +235,18 @@ class Simulation:
         """Each rank's process (rank -> process); workers of a lockstep group share one."""
         self.world.crash_possible = bool(self.scenario.faults.node_crash)
         obstacle = "forced: one process per rank (--per-rank)" if not self.lockstep else self.world.lockstep_obstacle()
+        fixed_links = not self.scenario.faults.link_degradation
+        if obstacle is None and getattr(self.algorithm, "lockstep_lanes_join", False) and not fixed_links:
+            obstacle = ("links change capacity (faults.link_degradation): collectives joining lockstep lanes are "
+                        "priced alone on fixed links")
         form = self.algorithm.lockstep_form() if obstacle is None else None
         self.execution = _execution(self.algorithm, form, obstacle)
         if form is not None:
-            process = self.world.spawn_group(self.workers, form.process, apart=form.apart)
-            # the group's collectives are then the only traffic: each phase's outcome is fixed, and replayed
-            # from its first run, where every phase runs to its end (a time limit may stop the run inside one,
-            # whose bytes a replay would count only at its end)
-            self.world.network_exclusive = (not self.scenario.faults.link_degradation
-                                            and self.scenario.stop.virtual_time is None)
-            return {rank: process for rank in self.workers}
+            processes = self.world.spawn_lanes([(lane.ranks, lane.process) for lane in form.lanes], apart=form.apart)
+            # the lanes' collectives are then the only traffic, each alone on its links: each phase's outcome
+            # is fixed, and replayed from its first run (a stop inside one counts what its flows had moved)
+            self.world.network_exclusive = fixed_links
+            return processes
         return {rank: self.world.spawn(rank, make(self.world.runtime(rank)))
                 for rank, make in self.algorithm.processes().items()}
 
@@ -296,6 +298,7 @@ class Simulation:
         now, net, scenario = self.world.env.now, self.world.network, self.scenario
         self.recorder.clip_spans(now)  # work in flight when the run stopped counts up to the stop only
         self.recorder.clip_records(now)
+        self.world.settle_alone_at_stop(now)
         net.finalize(now)
         links = [LinkStats(link.name, link.kind, net.link_bytes[link.index], net.link_busy_s[link.index])
                  for link in self.platform.links if net.link_bytes[link.index] > 0 or net.link_busy_s[link.index] > 0]
@@ -347,6 +350,8 @@ def _execution(algorithm: Any, form: Any, obstacle: str | None) -> dict[str, str
         return {"mode": "lockstep", "why": "every worker runs the same step: one process moves them all"}
     if obstacle is not None:
         return {"mode": "per_rank", "why": obstacle}
+    if getattr(algorithm, "lockstep_why", None):
+        return {"mode": "per_rank", "why": algorithm.lockstep_why}
     if getattr(algorithm, "lockstep", None) is None:
         name = getattr(getattr(algorithm, "config", None), "name", type(algorithm).__name__)
         return {"mode": "per_rank", "why": f"algorithm {name!r} has no lockstep form"}

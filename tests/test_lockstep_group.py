@@ -139,6 +139,26 @@ TIMING_CASES = {
     "dcs3gd-time-limit": {"algorithm": {"name": "dcs3gd"}, "stop": {"virtual_time": "2.5ms"}},
     "dcs3gd-slow-links": {"algorithm": {"name": "dcs3gd"}, "stop": {"steps": 9},
                           "faults": {"link_degradation": [{"links": ["*"], "factor": 0.01, "start": "0s"}]}},
+    # daso: one lane per local rank; node collectives join the lanes node by node, global syncs stay in a lane
+    "daso-cycling": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1}},
+    "daso-blocking-tree": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 3, "S": 0},
+                           "network": {"collective": "tree"}},
+    "daso-adaptive-epochs": {"algorithm": {"name": "daso", "warmup_epochs": 1, "cooldown_epochs": 1,
+                                           "max_global_skips": 4},
+                             "stop": {"epochs": 4},
+                             "workload.loss_curve": {"law": "exponential", "start": 2.3, "end": 0.2, "scale": 1.0}},
+    "daso-stragglers": {
+        "algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 2},
+        "compute": {"noise_sigma": 0.05, "stragglers": [{"ranks": [3], "factor": 3.0, "duration": "1s"}]},
+        "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "device_overrides": [{"ranks": [5], "speed": 0.5}]}},
+    "daso-host-staging-flows": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1,
+                                              "global_staging": "host"},
+                                "network": {"collective_fidelity": "flows"}},
+    "daso-loader-workers": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
+                            "workload.data_loading": {"per_sample": "40us", "loader_workers": 2}},
+    "daso-step-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1}, "stop": {"steps": 7}},
+    "daso-time-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
+                        "stop": {"virtual_time": "2.5ms"}},
 }
 
 
@@ -155,7 +175,8 @@ def test_phases_replayed_alone_only_when_the_group_is_all_the_traffic_and_every_
     _, (cut, _) = run_both(timing_scenario(**TIMING_CASES["dcs3gd-time-limit"]))
     assert plain.world.network_exclusive and plain.world._alone
     assert not degraded.world.network_exclusive and not degraded.world._alone
-    assert cut.in_lockstep and not cut.world.network_exclusive  # a time limit may stop the run inside a phase
+    # a time limit may stop the run inside a phase: it counts what the phase's flows had moved by then
+    assert cut.in_lockstep and cut.world.network_exclusive
 
 
 @pytest.mark.parametrize("changes", [
@@ -167,6 +188,21 @@ def test_no_group_where_results_would_differ(changes):
     sim = Simulation(scenario_from_dict(replay_scenario(**changes)), None)
     sim.execute()
     assert not sim.in_lockstep
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"faults": {"link_degradation": [{"links": ["*"], "factor": 0.01, "start": "0s"}]}},
+     "links change capacity (faults.link_degradation): collectives joining lockstep lanes are priced alone on "
+     "fixed links"),
+    ({"platform": {"preset": "cluster-a100-hdr", "nodes": 4, "progress": "on_call"}},
+     "platform.progress: on_call moves a global sync only while its members are inside calls together, which "
+     "each node's own collectives decide"),
+], ids=["slow-links", "on-call"])
+def test_daso_runs_one_process_per_rank_where_its_lanes_cannot_and_says_why(changes, why):
+    data = timing_scenario(algorithm={"name": "daso", "schedule": "fixed", "B": 2, "S": 1}, **changes)
+    (_, per_rank), (sim, result) = run_both(data)
+    assert not sim.in_lockstep and sim.execution["why"] == why
+    assert_same_results(per_rank, result)
 
 
 def test_dcs3gd_replay_runs_one_process_per_rank_and_says_why():

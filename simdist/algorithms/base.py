@@ -102,15 +102,30 @@ class Algorithm:
 
 
 @dataclass(frozen=True)
-class LockstepForm:
-    """Worker 0's process, to run for every worker as one lockstep group.
+class Lane:
+    """Workers that run one program in lockstep: ``process`` is the first one's (``ranks[0]``),
+    run for every one of ``ranks``."""
 
-    ``apart``: the workers' clocks may differ when they start a forward/backward (the
-    algorithm overlaps a collective with the next compute).
+    ranks: tuple[int, ...]
+    process: Process
+
+
+@dataclass(frozen=True)
+class LockstepForm:
+    """The workers as lockstep lanes, each one generator standing for all its ranks.
+
+    One lane holds every worker where all run the same program (sync); an algorithm whose
+    workers differ by role (DASO's local rank decides which global syncs it takes part in)
+    has one lane per role, its ranks in the same order in every lane, so that the collectives
+    of the lanes' first ranks stand for those of their second ranks, and so on
+    (:mod:`simdist.runtime.lanes`). ``apart``: the workers' clocks may differ when they start
+    a forward/backward (the algorithm overlaps a collective with the next compute, or leaves
+    one at its own time).
     """
 
-    process: Process
+    lanes: tuple[Lane, ...]
     apart: bool = False
+    joins: bool = False  # the lanes' collectives join lanes: they must be alone on links of fixed capacity
 
 
 class PeerAlgorithm(Algorithm):
@@ -130,6 +145,8 @@ class PeerAlgorithm(Algorithm):
 
     lockstep: ClassVar[str | None] = None
     lockstep_apart: ClassVar[bool] = False
+    lockstep_lanes_join: ClassVar[bool] = False  # collectives join the lanes (:meth:`lockstep_lanes`)
+    lockstep_why: str | None = None  # why :meth:`lockstep_lanes` found no lanes, where it said
 
     def __init__(self, config: AlgorithmConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
@@ -151,9 +168,10 @@ class PeerAlgorithm(Algorithm):
         return sum(read[id(d)] for d in self.data) / len(self.data)
 
     def lockstep_form(self) -> LockstepForm | None:
-        """Worker 0's process for all workers, where the declaration allows it and every worker's
-        own work costs the same (else they would leave a collective at different times). The
-        workers then share worker 0's replica and advance one shard position together
+        """The workers as lockstep lanes (:meth:`lockstep_lanes`; one lane of all by default),
+        where the declaration allows it and every worker's own work costs the same (else they
+        would leave a collective at different times). A lane's workers then share its first
+        worker's replica and advance one shard position together
         (:class:`~simdist.training.data.LockstepShards`)."""
         if self.lockstep is None or (self.lockstep == "timing_only" and not self.ctx.timing_only):
             return None
@@ -162,10 +180,23 @@ class PeerAlgorithm(Algorithm):
         from ..training.data import LockstepShards
 
         ctx = self.ctx
-        shards = LockstepShards(self.data[0].sharder, ctx.n_workers, ctx.max_epochs)
-        self.data = [shards.group_view(with_indices=not ctx.timing_only)] * ctx.n_workers
-        self.replicas = [self.replicas[0]] * ctx.n_workers
-        return LockstepForm(self._bind(0), apart=self.lockstep_apart)
+        lanes = self.lockstep_lanes()
+        if lanes is None:
+            return None
+        index_of = {rank: i for i, rank in enumerate(ctx.workers)}
+        for lane in lanes:
+            shards = LockstepShards(self.data[0].sharder, len(lane), ctx.max_epochs)
+            view = shards.group_view(with_indices=not ctx.timing_only)
+            first = index_of[lane[0]]
+            for rank in lane:
+                self.data[index_of[rank]], self.replicas[index_of[rank]] = view, self.replicas[first]
+        return LockstepForm(tuple(Lane(tuple(lane), self._bind(index_of[lane[0]])) for lane in lanes),
+                            apart=self.lockstep_apart, joins=self.lockstep_lanes_join)
+
+    def lockstep_lanes(self) -> list[list[int]] | None:
+        """The worker ranks of each lockstep lane (:class:`LockstepForm`), or None where the
+        workers cannot run as lanes here; the default: one lane of every worker."""
+        return [list(self.ctx.workers)]
 
     def _own_work_uniform(self) -> bool:
         """Whether every worker's elementwise operations cost the same: what an op's price depends on

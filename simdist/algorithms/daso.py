@@ -86,11 +86,28 @@ class Daso(PeerAlgorithm):
     """DASO: hierarchical, partly asynchronous data parallelism."""
 
     Config = DasoConfig
+    # without tensor math every GPU of one local rank runs the same program (lanes: lockstep_lanes);
+    # each leaves a node's collective at its node's own time
+    lockstep = "timing_only"
+    lockstep_apart = True
+    lockstep_lanes_join = True
 
     def __init__(self, config: DasoConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
         self.nodes = node_layout(ctx.workers, ctx.node_of)
         self.options = config.options(ctx.max_epochs)
+
+    def lockstep_lanes(self) -> list[list[int]] | None:
+        """One lane per local rank, its GPUs in node order: local rank k's GPUs take part in the
+        same global syncs, and every node's GPUs meet in their node's collectives. Not where
+        ``platform.progress: on_call`` holds a global sync back until its members are inside a
+        call together, which depends on each node's own collectives."""
+        platform = self.ctx.platform
+        if platform is not None and platform.spec.progress == "on_call":
+            self.lockstep_why = ("platform.progress: on_call moves a global sync only while its members are inside "
+                                 "calls together, which each node's own collectives decide")
+            return None
+        return [[ranks[k] for ranks in self.nodes] for k in range(len(self.nodes[0]))]
 
     def _bind(self, index: int) -> Process:
         rank = self.ctx.workers[index]
@@ -235,17 +252,18 @@ class _Gpu:
         previous = self.schedule
         self.schedule = next_schedule(previous, loss, finished_epoch + 1, self.options)
         if self.recorder:
-            self.rt.record("epoch_loss", epoch=finished_epoch, loss=loss)
+            self.rt.record("epoch_loss", run_wide=True, epoch=finished_epoch, loss=loss)
             self._record_schedule(previous, epoch=finished_epoch + 1)
 
     def _record_sync(self, group_index: int, *, S: int, blocking: bool) -> None:
         if self.node == 0 and group_index == self.local_rank:  # once per sync: by the group's node-0 member
-            self.rt.record("global_sync", group=group_index, S=S, blocking=blocking, B=self.schedule.B,
-                           step=self.batches)
+            self.rt.record("global_sync", run_wide=True, group=group_index, S=S, blocking=blocking,
+                           B=self.schedule.B, step=self.batches)
 
     def _record_schedule(self, previous: Schedule | None, *, epoch: int) -> None:
         schedule = self.schedule
         if previous is None or schedule.phase != previous.phase:
-            self.rt.record("phase", phase=schedule.phase, epoch=epoch, B=schedule.B, S=schedule.S)
+            self.rt.record("phase", run_wide=True, phase=schedule.phase, epoch=epoch, B=schedule.B, S=schedule.S)
         if previous is None or (schedule.B, schedule.S) != (previous.B, previous.S):
-            self.rt.record("schedule", epoch=epoch, phase=schedule.phase, B=schedule.B, S=schedule.S)
+            self.rt.record("schedule", run_wide=True, epoch=epoch, phase=schedule.phase, B=schedule.B,
+                           S=schedule.S)

@@ -396,5 +396,5 @@ class MPIRuntime:
     def group(self, ranks: Iterable[int], name: str = "") -> Group:
         return Group(tuple(int(r) for r in ranks), name)
 
-    def record(self, kind: str, **fields: Any) -> None:
+    def record(self, kind: str, *, run_wide: bool = False, **fields: Any) -> None:
         self.world.record(self.rank, kind, fields)

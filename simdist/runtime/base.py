@@ -237,7 +237,9 @@ class Runtime(Protocol):
     def group(self, ranks: Iterable[int], name: str = "") -> Group:
         """A communicator over ``ranks`` (every member must build it with the same ranks)."""
 
-    def record(self, kind: str, **fields: Any) -> None:
+    def record(self, kind: str, *, run_wide: bool = False, **fields: Any) -> None:
         """A metric event; kind ``"update"`` is an applied gradient (a row of steps.csv).
 
-        Fields may be values a message brought unevaluated (a pushed loss): they are read now."""
+        Fields may be values a message brought unevaluated (a pushed loss): they are read now.
+        ``run_wide``: an event about the whole run that one rank records for all (the
+        algorithm picks which); a lockstep group standing for that rank records it once."""

@@ -90,14 +90,15 @@ class GroupRuntime:
         if earliest > env.now:
             yield env.timeout(delay_to(env.now, earliest))
 
-    def blocked(self, until: np.ndarray, started_s: float, args: dict[str, Any]) -> None:
-        """Each member blocked on a collective from its clock to ``until``: time still computing
-        is not waiting; ``wait`` until the collective started, ``comm`` (with its ``args``) after."""
+    def blocked(self, until: np.ndarray, started_s: Any, args: dict[str, Any], *, name: str = "allreduce") -> None:
+        """Each member blocked on collective ``name`` from its clock to ``until``: time still
+        computing is not waiting; ``wait`` until the collective started (one time, or each
+        member's), ``comm`` (with its ``args``) after."""
         waited_from = np.minimum(np.maximum(self.clock, self._compute_end), until)
         moving_from = np.minimum(np.maximum(waited_from, started_s), until)
         recorder = self.world.recorder
-        recorder.span_block(SpanBlock(self.ranks, "wait", "allreduce", waited_from, moving_from))
-        recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", moving_from, until, args=args))
+        recorder.span_block(SpanBlock(self.ranks, "wait", name, waited_from, moving_from, recorded_s=until))
+        recorder.span_block(SpanBlock(self.ranks, "comm", name, moving_from, until, args=args, recorded_s=until))
         self.clock = until
 
     # -- compute ----------------------------------------------------------------------------
@@ -247,10 +248,26 @@ class GroupRuntime:
         """The non-blocking allreduce of every member's tensor: yield it when the sum is needed."""
         return self._allreduce(group, tensor, algorithm, blocking=False)
 
-    def _allreduce(self, group: Group, tensor: Any, algorithm: str | None, blocking: bool) -> Allreduce:
-        if tuple(group.ranks) != tuple(self._rank_list):
+    def broadcast(self, group: Group, tensor: Any, root: int) -> GroupRequest:
+        """A broadcast joining lanes (:mod:`.lanes`): every member gets its root's tensor."""
+        if tuple(group.ranks) == tuple(self._rank_list):
+            raise SimulationError("a lockstep group cannot broadcast among its own members: they would diverge")
+        return self._lanes(group).call(self, "broadcast", group, tensor, root=root)
+
+    def _lanes(self, group: Group) -> Any:
+        """The lanes a collective over another group joins; a group that is no lane has none."""
+        if self.world.lanes is None:
             raise SimulationError(f"a lockstep group of ranks {self._rank_list[:4]}... can only reduce over all of "
                                   f"its members, not over group {group.name or group.ranks}")
+        return self.world.lanes
+
+    def _allreduce(self, group: Group, tensor: Any, algorithm: str | None, blocking: bool) -> GroupRequest:
+        if tuple(group.ranks) != tuple(self._rank_list):
+            if not blocking:
+                raise SimulationError(f"a lockstep group of ranks {self._rank_list[:4]}... can only reduce "
+                                      f"non-blocking over all of its members, not over group "
+                                      f"{group.name or group.ranks}")
+            return self._lanes(group).call(self, "allreduce", group, tensor, algorithm=algorithm)
         world = self.world
         tensors = member_values(tensor, len(self._rank_list))
         nbytes = max(payload_nbytes(t) for t in {id(t): t for t in tensors}.values())
@@ -284,9 +301,13 @@ class GroupRuntime:
 
     # -- records ----------------------------------------------------------------------------
 
-    def record(self, kind: str, **fields: Any) -> None:
+    def record(self, kind: str, *, run_wide: bool = False, **fields: Any) -> None:
         """Every member's record, at its own clock: a :class:`GroupRank` field is each member's
-        rank, an array of the members' length each member's entry."""
+        rank, an array of the members' length each member's entry. A ``run_wide`` event is the
+        first member's only (the rank whose program the generator is)."""
+        if run_wide:
+            self.world.recorder.event(kind, time_s=float(self.clock[0]), rank=self._rank_list[0], **fields)
+            return
         columns = {key: (self.ranks if isinstance(value, GroupRank) else value) for key, value in fields.items()}
         if kind == "update":
             self._record_updates(columns)
@@ -318,7 +339,6 @@ class GroupRuntime:
     recv = _refusal("receive a message")
     poll = _refusal("poll for messages")
     inference = _refusal("run its own inference")
-    broadcast = _refusal("broadcast")
     allgather = _refusal("allgather")
     barrier = _refusal("wait at a barrier")
 

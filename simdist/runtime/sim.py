@@ -35,6 +35,7 @@ from ..platform.topology import Platform
 from ..recorder import Recorder, UpdateBlock
 from .base import Group, Ranks
 from .group import GroupRuntime, drive_group
+from .lanes import LaneSet
 from .collectives import FIDELITIES
 from .payloads import Deferred
 from .progress import OnCallProgress
@@ -70,9 +71,10 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         self.update_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.crashed: set[int] = set()  # ranks of crashed nodes (simdist.faults): never resumed again
         self.crash_possible = False  # set when the run schedules node crashes (rules out lockstep groups)
-        self.network_exclusive = False  # set when one lockstep group is all the traffic and links never change
+        self.network_exclusive = False  # set when lockstep lanes are all the traffic and links never change
         self.dropped: dict[str, dict[int, int]] = {"messages": {}, "bytes": {}, "gradients": {}}  # per rank
         self._groups: dict[tuple[tuple[int, ...], str], Group] = {}  # (ranks, name) -> the one Group (group())
+        self.lanes: LaneSet | None = None  # lockstep lanes, where the workers run as such (spawn_lanes)
         self._init_collectives()
         self._init_messages()
         self._init_compute()
@@ -133,13 +135,22 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         return (self.epoch_end is not None and self.epoch_end.schedule.differs_by_rank()
                 and loading is not None and not loading.serial)
 
-    def spawn_group(self, ranks: Iterable[int], generator_of: Callable[[Any], Generator], *,
-                    apart: bool = False) -> simpy.Process:
-        """Run one algorithm generator for all ``ranks`` as a lockstep group (:mod:`.group`);
-        ``generator_of`` makes it from the group's runtime. ``apart``: the members' clocks may
-        differ when they start computing."""
-        group = GroupRuntime(self, list(ranks), apart=apart)
-        return self.env.process(drive_group(group, generator_of(group)))
+    def spawn_lanes(self, lanes: Iterable[tuple[Iterable[int], Callable[[Any], Generator]]], *,
+                    apart: bool = False) -> dict[int, simpy.Process]:
+        """Run each lane's algorithm generator for all its ranks as a lockstep group (:mod:`.group`;
+        collectives joining lanes: :mod:`.lanes`); ``generator_of`` makes a lane's generator from its
+        runtime. ``apart``: the members' clocks may differ when they start computing. Returns
+        each rank's process (its lane's)."""
+        groups, makers = [], []
+        for ranks, generator_of in lanes:
+            groups.append(GroupRuntime(self, list(ranks), apart=apart))
+            makers.append(generator_of)
+        self.lanes = LaneSet(self, groups)
+        processes = {}
+        for group, generator_of in zip(groups, makers):
+            process = self.env.process(drive_group(group, generator_of(group)))
+            processes.update({int(rank): process for rank in group.ranks})
+        return processes
 
     def _drive(self, rank: int, generator: Generator):
         value: Any = None
@@ -284,5 +295,5 @@ class SimRuntime:
     def group(self, ranks: Iterable[int], name: str = "") -> Group:
         return self.world.group(ranks, name)
 
-    def record(self, kind: str, **fields: Any) -> None:
+    def record(self, kind: str, *, run_wide: bool = False, **fields: Any) -> None:
         self.world.record(self.rank, kind, fields)

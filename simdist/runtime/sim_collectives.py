@@ -31,7 +31,6 @@ import simpy
 import torch
 
 from ..errors import SimulationError
-from ..platform.link_usage import UsageLog
 from ..platform.network import FlowNetwork
 from .base import Group
 from .collective_pricing import CollectivePricer, Price
@@ -39,6 +38,7 @@ from .collectives import allgather_plan, allreduce_plan, barrier_plan, broadcast
 from .payloads import payload_nbytes, snapshot
 from .phantom import PhantomTensor
 from .requests import Request
+from .sim_alone import AloneReplay
 from .step_costs import StepCosts
 
 __all__ = ["CollectiveExecution"]
@@ -56,7 +56,7 @@ class _CollectiveOp:
     posted: list[simpy.Event] = field(default_factory=list)  # members whose call's CPU is not done yet
 
 
-class CollectiveExecution:
+class CollectiveExecution(AloneReplay):
     """The collective operations of :class:`~simdist.runtime.sim.SimWorld`."""
 
     def _init_collectives(self) -> None:
@@ -64,7 +64,7 @@ class CollectiveExecution:
         self._open_ops: dict[tuple[tuple[int, ...], int], _CollectiveOp] = {}  # waiting for members
         self._analytic_cache: dict[Any, tuple[float, float, dict[tuple[int, int], float], float]] = {}
         self._plans: dict[Any, Any] = {}
-        self._alone: dict[Any, tuple] = {}  # phase -> its outcome alone on the network (_replay_alone)
+        self._init_alone()
         spec = self.platform.spec
         self.pricer = CollectivePricer(spec.collectives)
         self.message_costs = spec.messages
@@ -146,18 +146,44 @@ class CollectiveExecution:
         ordered = [op.contributions[r] for r in ranks]
         nbytes = max(payload_nbytes(t) for t in ordered) if ordered else 0
         if op.kind == "allreduce":
-            algorithm = op.algorithm or self.default_collective
-            key = ("allreduce", algorithm, ranks, nbytes)
-            return _sum(ordered), key, lambda: allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of)
-        if op.kind == "broadcast":
+            value = _sum(ordered)
+        elif op.kind == "broadcast":
             value = snapshot(op.contributions[op.root])
             nbytes = payload_nbytes(value)
-            return value, ("broadcast", ranks, nbytes, op.root), lambda: broadcast_plan(ranks, nbytes, op.root)
-        if op.kind == "allgather":
-            return [snapshot(t) for t in ordered], ("allgather", ranks, nbytes), lambda: allgather_plan(ranks, nbytes)
-        if op.kind == "barrier":
-            return None, ("barrier", ranks), lambda: barrier_plan(ranks)
-        raise SimulationError(f"unknown collective {op.kind!r}")
+        elif op.kind == "allgather":
+            value = [snapshot(t) for t in ordered]
+        elif op.kind == "barrier":
+            value = None
+        else:
+            raise SimulationError(f"unknown collective {op.kind!r}")
+        key, make_plan = self._key_and_planner(op.kind, ranks, nbytes, op.algorithm, op.root)
+        return value, key, make_plan
+
+    def _key_and_planner(self, kind: str, ranks: tuple[int, ...], nbytes: int, algorithm: str | None,
+                         root: int | None):
+        """A collective's key (what its schedule and price depend on) and how to build its schedule."""
+        if kind == "allreduce":
+            algorithm = algorithm or self.default_collective
+            return (("allreduce", algorithm, ranks, nbytes),
+                    lambda: allreduce_plan(algorithm, ranks, nbytes, self.platform.node_of))
+        if kind == "broadcast":
+            return ("broadcast", ranks, nbytes, root), lambda: broadcast_plan(ranks, nbytes, root)
+        if kind == "allgather":
+            return ("allgather", ranks, nbytes), lambda: allgather_plan(ranks, nbytes)
+        return ("barrier", ranks), lambda: barrier_plan(ranks)
+
+    def collective_plan(self, kind: str, ranks: tuple[int, ...], nbytes: int, algorithm: str | None = None,
+                        root: int | None = None) -> tuple[Any, Any]:
+        """(key, schedule) of a collective over ``ranks``; schedules are built once per key."""
+        key, make_plan = self._key_and_planner(kind, ranks, nbytes, algorithm, root)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = make_plan()
+        return key, plan
+
+    def execute_plan(self, key: Any, plan):
+        """Generator: the collective ``key`` on the links now (its table price, or its phases)."""
+        yield from self._execute(key, plan)
 
     def reduce_sum(self, tensors: list[Any]) -> Any:
         """The elementwise sum an allreduce delivers, in group order."""
@@ -216,13 +242,7 @@ class CollectiveExecution:
         """
         env, start = self.env, self.env.now
         pair_bytes = self._pair_bytes(key, plan)
-        alone = self._alone.get((key, "priced"))
-        if alone is None:
-            alone = self._alone[(key, "priced")] = self._measure_alone(
-                lambda env, network: self._aggregate_flows(env, network, pair_bytes))
-            if alone[0] > price.seconds:
-                ranks = key[2] if key[0] == "allreduce" else key[1]
-                self.pricer.links_slower(key[0], len(ranks), self._nodes_of(ranks), price)
+        alone = self._priced_alone(key, plan, price)
         alone_s = alone[0]
         if self.network_exclusive and self.network.idle:
             yield from self._replay(alone, max(price.seconds, alone_s))
@@ -276,53 +296,6 @@ class CollectiveExecution:
         if remaining > 0:
             yield env.timeout(remaining)
 
-    def _replay_alone(self, key: Any, index: int, phase):
-        """A phase on a network nobody else uses: its outcome was fixed the first time it ran.
-
-        When the only traffic is the phase itself (``network_exclusive``: one lockstep group is the
-        only process, and no link changes capacity), the phase takes the same time and moves
-        the same bytes every time it runs. It is run once on a scratch copy of the network;
-        afterwards it costs one timer, and its bytes and busy time are added to the counters
-        when it ends (timestamps agree with running the flows to ~1e-15 relative).
-        """
-        alone = self._alone.get((key, index))
-        if alone is None:
-            alone = self._alone[(key, index)] = self._measure_alone(
-                lambda env, network: self._run_phase(env, network, (key, index), phase))
-        yield from self._replay(alone, alone[0])
-
-    def _replay(self, alone: tuple, duration_s: float):
-        """Wait ``duration_s``, then add what a run measured alone moved to the counters."""
-        _alone_s, link_bytes, link_busy_s, sent, received, usage = alone
-        net = self.network
-        if net.usage is not None and usage is not None:
-            net.usage.add_profile(usage, self.env.now)
-        if duration_s > 0:
-            yield self.env.timeout(duration_s)
-        for i, nbytes in link_bytes:
-            net.link_bytes[i] += nbytes
-        for i, busy_s in link_busy_s:
-            net.link_busy_s[i] += busy_s
-        for pair, nbytes in sent:
-            net.sent_bytes[pair] += nbytes
-        for pair, nbytes in received:
-            net.received_bytes[pair] += nbytes
-
-    def _measure_alone(self, run):
-        """(duration, link bytes, link busy time, bytes sent, bytes received, link usage over time
-        or None) of ``run(env, network)`` on a scratch copy of the network with nothing else on it."""
-        env = simpy.Environment()
-        network = type(self.network)(env, self.platform.links)
-        if self.network.usage is not None:
-            network.usage = UsageLog(len(self.platform.links))
-        # until the run ends, not until the queue is empty: a lone flow that joined the shared
-        # ones leaves its (then inert) timer queued, and SimPy cannot cancel a timeout
-        env.run(until=env.process(run(env, network)))
-        network.finalize(env.now)
-        return (env.now, _nonzero(network.link_bytes), _nonzero(network.link_busy_s),
-                list(network.sent_bytes.items()), list(network.received_bytes.items()),
-                None if network.usage is None else network.usage.profile())
-
     def _analytic_phase(self, key: Any, phase) -> tuple[float, float, dict[tuple[int, int], float], float]:
         """(closed-form time on the wire, latency paid before the aggregate flows, bytes per pair,
         per-message and reduction time) of a phase: contention stretches the wire, not the rest.
@@ -360,11 +333,6 @@ def _pair_totals(repeats) -> dict[tuple[int, int], float]:
         for t in step:
             pair_bytes[(t.src, t.dst)] = pair_bytes.get((t.src, t.dst), 0.0) + t.nbytes * count
     return pair_bytes
-
-
-def _nonzero(values: list[float]) -> list[tuple[int, float]]:
-    """(index, value) of the positive entries: the links a phase used."""
-    return [(i, v) for i, v in enumerate(values) if v > 0]
 
 
 def _sum(tensors: list[Any]) -> Any:

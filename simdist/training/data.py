@@ -10,6 +10,7 @@ differ on every call (DBS-SGD), and a batch never spans two epochs.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -203,25 +204,47 @@ class GroupShards:
     def __init__(self, shards: LockstepShards, with_indices: bool):
         self.shards, self.with_indices = shards, with_indices
         self.sharder = shards.sharder
-        self._before = shards.epochs_completed  # before the latest batch was taken
-        self._asked_s: np.ndarray | None = None  # when each worker asked for the latest batch
+        # the batches some worker may not have asked for yet, by the run's clock, oldest first:
+        # [epochs before it, epochs after it, when each worker asked for it (None: not told yet)]
+        self._recent: deque[list] = deque()
         self._now: Callable[[], float] | None = None
 
     @property
     def epochs_completed(self) -> float:
         """The mean over workers, as their own iterators count: a worker that, by the run's
-        clock, has not asked for the latest batch yet has not taken it."""
+        clock, has not asked for a batch yet has not taken it (members of a group apart in
+        time may be several batches apart)."""
         done = self.shards.epochs_completed
-        if self._asked_s is None or self._now is None:
+        recent = [entry for entry in self._recent if entry[2] is not None]
+        if not recent or self._now is None:
             return done
-        later = self._asked_s > self._now()
-        return done if not later.any() else float(np.where(later, self._before, done).mean())
+        now = self._now()
+        counted = np.full(len(recent[0][2]), recent[0][0], dtype=float)
+        for _before, after, asked_s in recent:
+            counted = np.where(asked_s <= now, after, counted)
+        return float(counted.mean())
 
     def asked_at(self, times_s: np.ndarray, now: Callable[[], float]) -> None:
-        self._asked_s, self._now = np.asarray(times_s, dtype=float), now
+        """When each worker asked for the latest batch (``now`` reads the run's clock)."""
+        self._recent[-1][2], self._now = np.asarray(times_s, dtype=float), now
+        clock = now()
+        while len(self._recent) > 1 and np.all(self._recent[1][2] <= clock):  # older ones are all taken
+            self._recent.popleft()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch comes from (every worker's own iterator is there too)."""
+        return self.shards.lead.epoch
+
+    @property
+    def exhausted(self) -> bool:
+        return self.shards.lead.exhausted
 
     def next_batch(self, batch_size: int) -> GroupBatch | None:
-        self._before, self._asked_s = self.shards.epochs_completed, None
+        before = self.shards.epochs_completed
         batches = self.shards.next_batches(batch_size, with_indices=self.with_indices)
-        return None if batches is None else GroupBatch.of(batches, self)
+        if batches is None:
+            return None
+        self._recent.append([before, self.shards.epochs_completed, None])
+        return GroupBatch.of(batches, self)
 
