@@ -156,8 +156,20 @@ class LaneSet:
                                   "traffic (network_exclusive)")
         pieces = self._pieces.get(signature)
         if pieces is None:  # every instance's replays, once per signature
-            pieces = self._pieces[signature] = [world.alone_pieces(*plan) for plan in self._plans(call, nbytes)]
+            pieces = self._pieces[signature] = self._instance_pieces(call, nbytes)
         self._finish(call, starts, world.run_alone(pieces, starts), value)
+
+    def _instance_pieces(self, call: _Call, nbytes: int) -> list[list[tuple[float, tuple]]]:
+        """Every instance's replays: the first measured alone, each other one moved from the
+        first where it is the same collective on links and devices like the first's (another
+        node's), else measured itself."""
+        world, plans = self.world, self._plans(call, nbytes)
+        first_ranks = call.shape.instances[0]
+        pieces = [world.alone_pieces(*plans[0])]
+        for ranks, plan in zip(call.shape.instances[1:], plans[1:]):
+            moved = world.translated_pieces(plans[0], plan, dict(zip(first_ranks, ranks)))
+            pieces.append(moved if moved is not None else world.alone_pieces(*plan))
+        return pieces
 
     def _plans(self, call: _Call, nbytes: int) -> list[tuple[Any, Any]]:
         """(key, schedule) of every instance."""

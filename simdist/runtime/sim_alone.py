@@ -35,6 +35,8 @@ class AloneReplay:
         # counters of pieces priced at once, by end: (starts, ends, outcomes)
         self._owed: deque[tuple[np.ndarray, np.ndarray, list[tuple]]] = deque()
         self._replaying: dict[int, tuple[float, tuple]] = {}  # replays under way: token -> (start, outcome)
+        self._batches: dict[int, tuple[Any, list["_PieceBatch"]]] = {}  # id(pieces) -> (pieces, their batches)
+        self._settled: dict[int, tuple["_PieceBatch", int]] = {}  # id(batch) -> (batch, times it ended whole)
 
     def _replay_alone(self, key: Any, index: int, phase):
         """A phase on a network nobody else uses: its outcome was fixed the first time it ran."""
@@ -124,40 +126,96 @@ class AloneReplay:
             self._pieces[key] = pieces
         return pieces
 
+    def translated_pieces(self, measured: tuple[Any, Any], other: tuple[Any, Any],
+                          rank_map: dict[int, int]) -> list[tuple[float, tuple]] | None:
+        """The pieces of collective ``other`` (key, schedule) from those of ``measured``, where
+        ``other`` is ``measured`` moved to other ranks (``rank_map``) on links of the same kind,
+        capacity and latency, in the same pattern, between devices of the same kind and with
+        the same per-byte costs (another node's copy of the same collective): its outcome
+        alone is the same, link for link. None where anything differs (then measure it)."""
+        links = self._link_map(measured, rank_map)
+        if links is None:
+            return None
+        key, plan = other
+        priced = self._price(key) is not None if self.pricer and plan else False
+        pieces = []
+        for index, (seconds, outcome) in enumerate(self.alone_pieces(*measured)):
+            moved = _moved(outcome, links, rank_map)
+            self._runs[id(moved)] = self._priced_run(key, plan) if priced else _phase_run(self, key, index, plan[index])
+            pieces.append((seconds, moved))
+        return pieces
+
+    def _priced_run(self, key: Any, plan):
+        pair_bytes = self._pair_bytes(key, plan)
+        return lambda env, network: self._aggregate_flows(env, network, pair_bytes)
+
+    def _link_map(self, measured: tuple[Any, Any], rank_map: dict[int, int]) -> dict[int, int] | None:
+        """Link index -> link index, taking every route of ``measured`` to its image under
+        ``rank_map``; None where a route, a link or a device does not match."""
+        platform = self.platform
+        devices, copies, rates = platform.devices, platform.copies, self.step_costs.reduce_rates_Bps
+        links: dict[int, int] = {}
+        images: set[int] = set()
+        for src, dst in self._pair_bytes(*measured):
+            a, b = rank_map[src], rank_map[dst]
+            for rank, image in ((src, a), (dst, b)):
+                d, e = devices[rank], devices[image]
+                if (d.kind, d.speed, d.cpus, d.peak_flops, rates[rank]) != (e.kind, e.speed, e.cpus, e.peak_flops,
+                                                                             rates[image]):
+                    return None
+            if copies.per_byte_s(src, dst) != copies.per_byte_s(a, b):
+                return None
+            stripes, moved = platform.stripes(src, dst), platform.stripes(a, b)
+            if len(stripes) != len(moved) or any(len(x) != len(y) for x, y in zip(stripes, moved)):
+                return None
+            for route, image_route in zip(stripes, moved):
+                for link, image in zip(route, image_route):
+                    if (link.kind, link.latency_s, link.bandwidth_Bps, link.counts_bytes) != (
+                            image.kind, image.latency_s, image.bandwidth_Bps, image.counts_bytes):
+                        return None
+                    known = links.setdefault(link.index, image.index)
+                    if known != image.index:
+                        return None
+                    images.add(image.index)
+        return links if len(images) == len(links) else None
+
     def run_alone(self, pieces: Sequence[list[tuple[float, tuple]]], starts: np.ndarray) -> np.ndarray:
         """Collectives alone on their links, collective ``i`` from ``starts[i]`` as ``pieces[i]``:
         when each ends. Each piece's link usage counts from its start; its bytes and busy time
-        when it ends (:meth:`settle_alone`), as a replay's would."""
+        when it ends (:meth:`settle_alone`), as a replay's would. ``pieces`` is kept by the
+        caller and passed again: what its pieces add up to is worked out once."""
         usage = self.network.usage
+        batches = self._batches.get(id(pieces))
+        if batches is None or batches[0] is not pieces:
+            batches = self._batches[id(pieces)] = (pieces, _PieceBatch.of_all(pieces))
         ends = np.asarray(starts, dtype=float).copy()
-        for j in range(max((len(p) for p in pieces), default=0)):
-            outcomes = [p[j][1] if j < len(p) else None for p in pieces]
-            durations = np.array([p[j][0] if j < len(p) else 0.0 for p in pieces])
-            if usage is not None:
-                for outcome, start in zip(outcomes, ends):
-                    if outcome is not None and outcome[5] is not None:
-                        usage.add_profile(outcome[5], float(start))
-            piece_starts, ends = ends, ends + durations  # as each replay's timer adds its duration to its start
-            self._owed.append((piece_starts, ends, outcomes))
+        for batch in batches[1]:
+            if usage is not None and len(batch.usage_link):
+                offsets = np.repeat(ends, batch.usage_counts)
+                usage.add_many(batch.usage_link, offsets + batch.span_start, offsets + batch.span_end,
+                               batch.usage_bytes, batch.usage_flow_s)
+            piece_starts, ends = ends, ends + batch.durations  # as each replay's timer adds its duration to its start
+            self._owed.append((piece_starts, ends, batch))
         self.settle_alone(self.env.now)
         return ends
 
     def settle_alone(self, now_s: float) -> None:
-        """Add the counters of collectives priced at once that have ended by ``now_s``."""
+        """Count the pieces priced at once that have all ended by ``now_s``."""
         owed = self._owed
         while owed and float(owed[0][1].max()) <= now_s:
-            _starts, _ends, outcomes = owed.popleft()
-            for outcome in outcomes:
-                if outcome is not None:
-                    self._add_counters(outcome)
+            batch = owed.popleft()[2]
+            self._settled[id(batch)] = (batch, self._settled.get(id(batch), (batch, 0))[1] + 1)
 
     def settle_alone_at_stop(self, now_s: float) -> None:
         """At the run's end: pieces that ended by then count whole; a piece under way counts what
         its flows had moved by then (it is run again alone to that moment), as running its flows
         on the links would have; pieces not started count nothing."""
+        for batch, times in self._settled.values():
+            batch.add_to(self, times)
+        self._settled.clear()
         under_way = list(self._replaying.values())
-        for starts, ends, outcomes in self._owed:
-            for start, end, outcome in zip(starts, ends, outcomes):
+        for starts, ends, batch in self._owed:
+            for start, end, outcome in zip(starts, ends, batch.outcomes):
                 if outcome is None or start >= now_s:
                     continue
                 if end <= now_s:
@@ -171,6 +229,62 @@ class AloneReplay:
         self._replaying.clear()
 
 
+class _PieceBatch:
+    """Piece ``j`` of many collectives priced at once (:meth:`AloneReplay.run_alone`): each one's
+    duration, and their link usage and counters gathered into arrays."""
+
+    def __init__(self, outcomes: list[tuple | None], durations: np.ndarray):
+        self.outcomes, self.durations = outcomes, durations
+        profiles = [None if o is None else o[5] for o in outcomes]
+        self.usage_counts = np.array([0 if u is None else len(u.link) for u in profiles], dtype=np.int64)
+        used = [u for u in profiles if u is not None and len(u.link)]
+        join = (lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
+        self.usage_link = join([u.link for u in used], np.int64)
+        self.usage_bytes = join([u.nbytes for u in used], float)
+        self.usage_flow_s = join([u.flow_s for u in used], float)
+        self.span_start = join([np.full(len(u.link), u.span_s[0]) for u in used], float)
+        self.span_end = join([np.full(len(u.link), u.span_s[1]) for u in used], float)
+
+    @classmethod
+    def of_all(cls, pieces: Sequence[list[tuple[float, tuple]]]) -> list["_PieceBatch"]:
+        return [cls([p[j][1] if j < len(p) else None for p in pieces],
+                    np.array([p[j][0] if j < len(p) else 0.0 for p in pieces]))
+                for j in range(max((len(p) for p in pieces), default=0))]
+
+    def add_to(self, world: AloneReplay, times: int) -> None:
+        """Add the counters of ``times`` whole runs of every collective of the batch."""
+        net = world.network
+        for outcome in self.outcomes:
+            if outcome is None:
+                continue
+            _seconds, link_bytes, link_busy_s, sent, received, _usage = outcome
+            for i, nbytes in link_bytes:
+                net.link_bytes[i] += nbytes * times
+            for i, busy_s in link_busy_s:
+                net.link_busy_s[i] += busy_s * times
+            for pair, nbytes in sent:
+                net.sent_bytes[pair] += nbytes * times
+            for pair, nbytes in received:
+                net.received_bytes[pair] += nbytes * times
+
+
+def _moved(outcome: tuple, links: dict[int, int], ranks: dict[int, int]) -> tuple:
+    """An outcome alone moved to other links and ranks (:meth:`AloneReplay.translated_pieces`)."""
+    seconds, link_bytes, link_busy_s, sent, received, usage = outcome
+    if usage is not None:
+        usage = type(usage)(np.array([links[int(i)] for i in usage.link], dtype=np.int64), usage.nbytes,
+                            usage.flow_s, usage.span_s)
+    return (seconds, [(links[i], v) for i, v in link_bytes], [(links[i], v) for i, v in link_busy_s],
+            [((ranks[a], ranks[b]), v) for (a, b), v in sent], [((ranks[a], ranks[b]), v) for (a, b), v in received],
+            usage)
+
+
+def _phase_run(world: Any, key: Any, index: int, phase):
+    return lambda env, network: world._run_phase(env, network, (key, index), phase)
+
+
 def _nonzero(values: list[float]) -> list[tuple[int, float]]:
     """(index, value) of the positive entries: the links a phase used."""
-    return [(i, v) for i, v in enumerate(values) if v > 0]
+    array = np.asarray(values, dtype=float)
+    used = np.flatnonzero(array > 0)
+    return list(zip(used.tolist(), array[used].tolist()))
