@@ -17,6 +17,8 @@ Rows (all times in virtual seconds for the simulator, wall seconds for real runs
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,6 +74,11 @@ class SpanBlock:
                 for r, a, b in zip(self.ranks[keep], self.start_s[keep], self.end_s[keep])]
 
     def clipped(self, end_s: float) -> "SpanBlock":
+        latest = float(self.end_s.max()) if len(self.end_s) else -math.inf
+        if self.recorded_s is not None and len(self.recorded_s):
+            latest = max(latest, float(self.recorded_s.max()))
+        if latest <= end_s:  # every span had ended (and was known) by then
+            return self
         keep = self.start_s < end_s
         if self.recorded_s is not None:
             keep &= self.recorded_s <= end_s
