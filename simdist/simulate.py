@@ -346,6 +346,9 @@ def simulate(scenario: Scenario, *, progress: Progress | None = None, per_rank: 
 def _execution(algorithm: Any, form: Any, obstacle: str | None) -> dict[str, str]:
     """How the workers run (``lockstep``: one generator for all, :mod:`simdist.runtime.group`;
     ``per_rank``: one process each) and why."""
+    if form is not None and len(form.lanes) > 1:
+        return {"mode": "lockstep", "why": f"the workers run as {len(form.lanes)} lockstep lanes, one per role: "
+                                          "one process moves each lane's workers"}
     if form is not None:
         return {"mode": "lockstep", "why": "every worker runs the same step: one process moves them all"}
     if obstacle is not None:

@@ -156,6 +156,10 @@ TIMING_CASES = {
                                 "network": {"collective_fidelity": "flows"}},
     "daso-loader-workers": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
                             "workload.data_loading": {"per_sample": "40us", "loader_workers": 2}},
+    "daso-one-gpu-per-node": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
+                              "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "node": {"devices": 1}}},
+    "daso-eight-gpus-per-node": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 3, "S": 1},
+                                 "platform": {"preset": "cluster-a100-hdr", "nodes": 2, "node": {"devices": 8}}},
     "daso-step-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1}, "stop": {"steps": 7}},
     "daso-time-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
                         "stop": {"virtual_time": "2.5ms"}},
@@ -167,6 +171,21 @@ def test_timing_only_group_equals_per_rank_processes(case):
     (_, per_rank), (group_sim, group) = run_both(timing_scenario(**TIMING_CASES[case]))
     assert group_sim.in_lockstep
     assert_same_results(per_rank, group)
+
+
+def test_daso_runs_one_lane_per_local_rank_and_records_run_wide_events_once():
+    data = timing_scenario(**TIMING_CASES["daso-adaptive-epochs"])
+    (_, per_rank), (sim, result) = run_both(data)
+    assert sim.execution["why"] == ("the workers run as 4 lockstep lanes, one per role: one process moves each "
+                                    "lane's workers")
+    assert [list(lane.ranks) for lane in sim.world.lanes.lanes] == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14],
+                                                                    [3, 7, 11, 15]]
+    for kind in ("phase", "schedule", "epoch_loss", "global_sync"):
+        ours = [e for e in result.recorder.events if e["kind"] == kind]
+        theirs = [e for e in per_rank.recorder.events if e["kind"] == kind]
+        assert ours and len(ours) == len(theirs), kind
+        for mine, other in zip(ours, theirs):  # times to a relative 1e-12, as every table
+            assert mine.pop("time_s") == pytest.approx(other.pop("time_s"), rel=1e-12) and mine == other, kind
 
 
 def test_phases_replayed_alone_only_when_the_group_is_all_the_traffic_and_every_phase_ends():
