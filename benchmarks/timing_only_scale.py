@@ -15,10 +15,13 @@ per iteration. Targets: <= 2 ms per iteration at 1,024 GPUs (sync, daso, nnt, dc
 per applied update at 1,024 workers (asgd, nsoftsync, dbs), a fitted exponent of cost vs GPUs
 <= 1.1 (cost ~ GPUs^k by least squares on log-log), peak RSS <= 2 GiB at 4,096 GPUs.
 
-The cost is measured in steady state: the wall time of a run of ``warm-up + steps`` steps
-minus that of the warm-up alone, divided by ``steps`` (best of ``repeats`` each), so the
-one-time work — building the platform, planning the collective, running each collective
-phase once alone — is reported apart. The warm-up is 10 iterations, or two rounds of
+The cost is measured in steady state. In the first table: the wall time of a run of
+``warm-up + steps`` steps minus that of the warm-up alone, divided by ``steps`` (best of
+``repeats`` each). In the second: inside one run, the host time from the first update of the
+step after the warm-up to the first update of the step after the measured ones, divided by
+their number (best of ``repeats`` runs): the run-to-run spread of the one-time work — building
+the platform, planning the collective, running each collective phase once alone, writing the
+results — does not enter it, and is reported apart as the warm-up. The warm-up is 10 iterations, or two rounds of
 updates (each worker's gradient twice) for the parameter-server algorithms, whose measured
 part is two more rounds. The dataset holds 64 batches per worker, so no epoch ends inside a
 measured run.
@@ -146,7 +149,11 @@ class Point:
 
 
 def measured_steps(algorithm: str, gpus: int, steps: int) -> tuple[int, int]:
-    """(warm-up steps, measured steps): iterations, or server updates over two rounds each."""
+    """(warm-up steps, measured steps): iterations, or server updates over two rounds each. DASO's
+    warm-up is a whole rotation of its global syncs (B x GPUs per node iterations, plus the S
+    the last one waits): each local rank's global group and node broadcast runs first there."""
+    if algorithm == "daso":
+        return ALGORITHMS["daso"]["B"] * GPUS_PER_NODE + ALGORITHMS["daso"]["S"] + 1, steps
     if algorithm not in PARAMETER_SERVER:
         return 10, steps
     per_round = gpus // GRADIENTS_PER_UPDATE.get(algorithm, 1)
@@ -155,12 +162,35 @@ def measured_steps(algorithm: str, gpus: int, steps: int) -> tuple[int, int]:
 
 def measure_point(algorithm: str, gpus: int, steps: int, repeats: int, lockstep: bool,
                   link_usage: bool = True) -> Point:
-    """Steady cost of ``algorithm`` at ``gpus`` (run in a child process, so the peak RSS is its own)."""
+    """Steady cost of ``algorithm`` at ``gpus`` (run in a child process, so the peak RSS is its own):
+    the host time between the first update of step ``warm + 1`` and the first of step
+    ``warm + measured + 1`` inside one run, per step (best of ``repeats`` runs); the warm-up
+    is the time to the first of those, from the run's start."""
     wall_s(8, 3, 1, lockstep, algorithm, link_usage)  # warm-up: imports, first-call caches
     warm, measured = measured_steps(algorithm, gpus, steps)
-    first = wall_s(gpus, warm, repeats, lockstep, algorithm, link_usage)
-    whole = wall_s(gpus, warm + measured, repeats, lockstep, algorithm, link_usage)
-    return Point((whole - first) / measured * 1e3, first, peak_rss_mib())
+    built = scenario_from_dict(algorithm_scenario(algorithm, gpus, warm + measured + 1, link_usage))
+    runs = [_steady_run(built, lockstep, warm, measured) for _ in range(repeats)]
+    return Point(min(ms for ms, _ in runs), min(first for _, first in runs), peak_rss_mib())
+
+
+def _steady_run(built, lockstep: bool, warm: int, measured: int) -> tuple[float, float]:
+    """(host ms per step from step ``warm`` to step ``warm + measured``, seconds to step ``warm``)
+    of one run, timed as its update rows appear."""
+    simulation = Simulation(built, None, lockstep=lockstep)
+    marks: dict[int, float] = {}
+
+    def mark(row: dict) -> None:
+        for step in (warm + 1, warm + measured + 1):
+            if row["step"] >= step and step not in marks:
+                marks[step] = time.perf_counter()
+
+    simulation.world.update_listeners.append(mark)
+    gc.collect()
+    started = time.perf_counter()
+    simulation.execute()
+    if len(marks) < 2:
+        raise SystemExit(f"the run stopped before step {warm + measured + 1}: nothing to time")
+    return (marks[warm + measured + 1] - marks[warm + 1]) / measured * 1e3, marks[warm + 1] - started
 
 
 def point_in_child(algorithm: str, gpus: int, steps: int, repeats: int, lockstep: bool, link_usage: bool) -> Point:
