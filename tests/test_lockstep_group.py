@@ -160,6 +160,10 @@ TIMING_CASES = {
                               "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "node": {"devices": 1}}},
     "daso-eight-gpus-per-node": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 3, "S": 1},
                                  "platform": {"preset": "cluster-a100-hdr", "nodes": 2, "node": {"devices": 8}}},
+    # node 2's slower interconnect: its node collectives are measured on their own, not moved from node 0's
+    "daso-one-slower-node": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
+                             "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "node_groups": [
+                                 {"nodes": [2], "node": {"intra_link": {"bandwidth": "10GB/s"}}}]}},
     "daso-step-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1}, "stop": {"steps": 7}},
     "daso-time-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
                         "stop": {"virtual_time": "2.5ms"}},
@@ -288,3 +292,30 @@ def test_update_blocks_apply_at_each_member_s_time_and_stop_at_the_end():
     kept = block.until(2.0)
     assert [r["worker"] for r in kept.rows()] == [4, 5] and list(kept.extra["lag_s"]) == [0.1, 0.2]
     assert block.until(5.0) is block
+
+
+def test_a_node_unlike_the_first_has_its_collectives_priced_on_its_own_links():
+    data = timing_scenario(**TIMING_CASES["daso-one-slower-node"])
+    sim = Simulation(scenario_from_dict(data), None)
+    sim.execute()
+    for (_, kind, *_rest), pieces in sim.world.lanes._pieces.items():
+        seconds = [sum(s for s, _ in instance) for instance in pieces]
+        assert seconds[0] == seconds[1] == seconds[3] < seconds[2], kind  # node 2 is slower; 0, 1, 3 alike
+
+
+def test_lanes_join_only_whole_lanes_or_their_first_members():
+    from simdist.errors import SimulationError
+    from simdist.runtime.group import GroupRuntime
+    from simdist.runtime.lanes import LaneSet
+
+    sim = Simulation(scenario_from_dict(timing_scenario()), None)
+    lanes = LaneSet(sim.world, [GroupRuntime(sim.world, [0, 4, 8, 12]), GroupRuntime(sim.world, [1, 5, 9, 13])])
+    whole = lanes.shape((0, 4, 8, 12, 1, 5, 9, 13))
+    assert not whole.per_member and whole.instances == ((0, 4, 8, 12, 1, 5, 9, 13),)
+    by_node = lanes.shape((0, 1))
+    assert by_node.per_member and by_node.instances == ((0, 1), (4, 5), (8, 9), (12, 13))
+    assert by_node.root_of(lanes.lanes, lanes.where, 1) == [1, 5, 9, 13]
+    with pytest.raises(SimulationError, match="whole lanes or over the lanes' first members"):
+        lanes.shape((0, 5))  # rank 5 is not a first member
+    with pytest.raises(SimulationError, match="outside every lane"):
+        lanes.shape((0, 2))
