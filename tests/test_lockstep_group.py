@@ -164,6 +164,18 @@ TIMING_CASES = {
     "daso-one-slower-node": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
                              "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "node_groups": [
                                  {"nodes": [2], "node": {"intra_link": {"bandwidth": "10GB/s"}}}]}},
+    # on_call: a non-blocking global sync starts once every member of its group is inside a call at once
+    "daso-on-call": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 2},
+                     "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "progress": "on_call"}},
+    "daso-on-call-stragglers": {
+        "algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
+        "compute": {"noise_sigma": 0.3, "stragglers": [{"ranks": [6], "factor": 4.0, "duration": "1s"}]},
+        "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "progress": "on_call"}},
+    "daso-on-call-adaptive": {"algorithm": {"name": "daso", "warmup_epochs": 1, "cooldown_epochs": 1,
+                                            "max_global_skips": 4},
+                              "stop": {"epochs": 4},
+                              "workload.loss_curve": {"law": "exponential", "start": 2.3, "end": 0.2, "scale": 1.0},
+                              "platform": {"preset": "cluster-a100-hdr", "nodes": 4, "progress": "on_call"}},
     "daso-step-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1}, "stop": {"steps": 7}},
     "daso-time-limit": {"algorithm": {"name": "daso", "schedule": "fixed", "B": 2, "S": 1},
                         "stop": {"virtual_time": "2.5ms"}},
@@ -217,10 +229,7 @@ def test_no_group_where_results_would_differ(changes):
     ({"faults": {"link_degradation": [{"links": ["*"], "factor": 0.01, "start": "0s"}]}},
      "links change capacity (faults.link_degradation): collectives joining lockstep lanes are priced alone on "
      "fixed links"),
-    ({"platform": {"preset": "cluster-a100-hdr", "nodes": 4, "progress": "on_call"}},
-     "platform.progress: on_call moves a global sync only while its members are inside calls together, which "
-     "each node's own collectives decide"),
-], ids=["slow-links", "on-call"])
+], ids=["slow-links"])
 def test_daso_runs_one_process_per_rank_where_its_lanes_cannot_and_says_why(changes, why):
     data = timing_scenario(algorithm={"name": "daso", "schedule": "fixed", "B": 2, "S": 1}, **changes)
     (_, per_rank), (sim, result) = run_both(data)

@@ -97,16 +97,9 @@ class Daso(PeerAlgorithm):
         self.nodes = node_layout(ctx.workers, ctx.node_of)
         self.options = config.options(ctx.max_epochs)
 
-    def lockstep_lanes(self) -> list[list[int]] | None:
+    def lockstep_lanes(self) -> list[list[int]]:
         """One lane per local rank, its GPUs in node order: local rank k's GPUs take part in the
-        same global syncs, and every node's GPUs meet in their node's collectives. Not where
-        ``platform.progress: on_call`` holds a global sync back until its members are inside a
-        call together, which depends on each node's own collectives."""
-        platform = self.ctx.platform
-        if platform is not None and platform.spec.progress == "on_call":
-            self.lockstep_why = ("platform.progress: on_call moves a global sync only while its members are inside "
-                                 "calls together, which each node's own collectives decide")
-            return None
+        same global syncs, and every node's GPUs meet in their node's collectives."""
         return [[ranks[k] for ranks in self.nodes] for k in range(len(self.nodes[0]))]
 
     def _bind(self, index: int) -> Process:

@@ -14,8 +14,9 @@ with their clocks, durations and waits as NumPy arrays.
 * ``compute`` draws each member's duration from its own noise stream at its own start (the
   same draws as one request per rank); ``busy`` charges each member from its clock.
 * A collective over the whole group starts when the last member has called it (the largest
-  clock, or later under ``platform.progress: on_call``) and runs once on the links. Each
-  member's wait and communication spans are its own.
+  clock; a non-blocking one under ``platform.progress: on_call`` at the first moment after
+  that when every member is inside a call, :mod:`.group_progress`) and runs once on the
+  links. Each member's wait and communication spans are its own.
 * ``rt.rank`` is a :class:`GroupRank`: worker 0's rank, read by a record as every member's own
   rank. ``rt.now()`` and a result's ``start_s`` / ``end_s`` are arrays of the members' times,
   so that what an algorithm records from them is every member's own figure.
@@ -43,6 +44,7 @@ from ..errors import SimulationError
 from ..ledger import work_span_name
 from ..recorder import SpanBlock, UpdateBlock
 from .base import GradResult, Group
+from .group_progress import InsideGate
 from .group_requests import (Allreduce, Busy, GroupCompute, GroupRank, GroupRequest, MemberTensor, delay_to,
                              member_values)
 from .payloads import payload_nbytes
@@ -75,7 +77,7 @@ class GroupRuntime:
         self.apart = apart
         self.clock = np.zeros(len(self.ranks))  # when each member is free
         self._compute_end = np.zeros(len(self.ranks))  # end of each member's latest forward/backward
-        self._computing: GroupCompute | None = None  # the latest compute (on_call: no collective before it ends)
+        self._gates: list[InsideGate] = []  # on_call: non-blocking collectives waiting for every member in a call
 
     # -- time -------------------------------------------------------------------------------
 
@@ -96,6 +98,8 @@ class GroupRuntime:
         member's), ``comm`` (with its ``args``) after."""
         waited_from = np.minimum(np.maximum(self.clock, self._compute_end), until)
         moving_from = np.minimum(np.maximum(waited_from, started_s), until)
+        if self._gates:  # inside a call over [waited_from, until): what on_call collectives wait for
+            self._inside(waited_from, until)
         recorder = self.world.recorder
         recorder.span_block(SpanBlock(self.ranks, "wait", name, waited_from, moving_from, recorded_s=until))
         recorder.span_block(SpanBlock(self.ranks, "comm", name, moving_from, until, args=args, recorded_s=until))
@@ -122,8 +126,7 @@ class GroupRuntime:
         world.recorder.span_block(SpanBlock(self.ranks, "compute", "forward/backward",
                                             np.broadcast_to(start, ends.shape).astype(float), ends))
         self._compute_end = ends
-        self._computing = request = GroupCompute(self, start, durations, free,
-                                                 self._result(replica, batches, batch_size, start, ends))
+        request = GroupCompute(self, start, durations, free, self._result(replica, batches, batch_size, start, ends))
         return request
 
     def _together_start(self, batches: list[Any], batch_size: int, epoch: Any) -> tuple[float, Any]:
@@ -218,6 +221,8 @@ class GroupRuntime:
         if epoch_end is not None:
             owed = [epoch_end.schedule.at_finish(rank) for rank in self._rank_list]
             self.clock = self.clock + self._epoch_end(self.clock, owed if any(owed) else None)
+        if self._gates:  # a member whose process has ended is inside MPI_Finalize, which progresses everything
+            self._inside(self.clock, math.inf)
         env = self.world.env
         latest = float(self.clock.max())
         if latest > env.now:
@@ -273,8 +278,13 @@ class GroupRuntime:
         nbytes = max(payload_nbytes(t) for t in {id(t): t for t in tensors}.values())
         request = Allreduce(world.reduce_sum(tensors), nbytes, group.size, blocking)
         request.done = world.env.event()
-        world.env.process(self._run_allreduce(request, group, algorithm or world.default_collective,
-                                              float(self.clock.max())))
+        last_call_s = float(self.clock.max())
+        if not blocking and world.on_call is not None:
+            # on_call: a non-blocking collective starts at the first moment every member is inside a call,
+            # which the calls the members make from now on tell (each member's, ahead of the run's clock)
+            request.gate = InsideGate(last_call_s, len(self._rank_list), world.env.event())
+            self._gates.append(request.gate)
+        world.env.process(self._run_allreduce(request, group, algorithm or world.default_collective, last_call_s))
         return request
 
     def _run_allreduce(self, request: Allreduce, group: Group, algorithm: str, last_call_s: float):
@@ -282,13 +292,11 @@ class GroupRuntime:
         start_s = last_call_s
         if last_call_s > env.now:  # the last member has not called it yet
             yield env.timeout(delay_to(env.now, last_call_s))
-        computing = self._computing
-        if not request.blocking and world.on_call is not None and computing is not None:
-            # on_call: a non-blocking collective moves only while every member is inside a call,
-            # and no member is before its forward/backward has ended
-            start_s = max(start_s, float(computing.free_s.max()))
-            if not computing.event.processed:
-                yield computing.event
+        gate = request.gate
+        if gate is not None:
+            if not gate.event.processed:
+                yield gate.event
+            start_s = gate.start_s
         # the exact instant, where the clock reached it through a timeout that may round by an ulp
         request.start_s = start_s
         yield from world.run_allreduce(algorithm, group.ranks, request.args["bytes"])
@@ -298,6 +306,25 @@ class GroupRuntime:
             world.recorder.span_block(SpanBlock(self.ranks, "comm", "allreduce", np.full(n, request.start_s),
                                                 np.full(n, request.end_s), blocking=False, args=request.args))
         request.done.succeed()
+
+    def _inside(self, starts: Any, ends: Any) -> None:
+        """Every member inside a call over [start, end): tell the gates, open those that can."""
+        for gate in self._gates:
+            gate.inside(starts, ends)
+        self._resolve_gates()
+
+    def waiting_on(self, request: Any) -> None:
+        """Every member now waits on ``request`` (inside a call until it ends): the collective a
+        gate holds back opens at the latest once all wait on it."""
+        gate = getattr(request, "gate", None)
+        if gate is not None and gate.start_s is None:
+            self._inside(np.maximum(self.clock, self._compute_end), math.inf)
+
+    def _resolve_gates(self) -> None:
+        env = self.world.env
+        for gate in [g for g in self._gates if g.resolve() is not None]:
+            self._gates.remove(gate)
+            env.timeout(delay_to(env.now, gate.start_s)).callbacks.append(lambda _e, g=gate: g.event.succeed())
 
     # -- records ----------------------------------------------------------------------------
 

@@ -92,9 +92,6 @@ class GroupCompute(GroupRequest):
     def __init__(self, group: Any, start_s: Any, durations_s: np.ndarray, free_s: np.ndarray,
                  result: GradResult):
         self.start_s, self.durations_s, self.free_s = start_s, durations_s, free_s
-        self.event = group.world.env.event()  # fires when the last member is done (a collective's on_call gate)
-        group.world.env.timeout(delay_to(group.world.env.now, float(free_s.max()))).callbacks.append(
-            lambda _event: self.event.succeed())
         self._result = result
 
     def partial_result(self) -> GradResult:
@@ -139,9 +136,11 @@ class Allreduce(GroupRequest):
         self.args = {"bytes": int(nbytes), "group_size": group_size, **({} if blocking else {"nonblocking": True})}
         self.start_s = self.end_s = math.nan
         self.done: simpy.Event | None = None
+        self.gate: Any = None  # on_call: what holds a non-blocking one back (:mod:`.group_progress`)
 
     def wait(self, group: Any) -> Generator:
         if not self.done.processed:
+            group.waiting_on(self)
             yield self.done
         group.blocked(np.maximum(group.clock, self.end_s), self.start_s, self.args)
         yield from group.until_earliest()
