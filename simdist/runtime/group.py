@@ -77,6 +77,7 @@ class GroupRuntime:
         self.apart = apart
         self.clock = np.zeros(len(self.ranks))  # when each member is free
         self._compute_end = np.zeros(len(self.ranks))  # end of each member's latest forward/backward
+        self._compute_free = np.zeros(len(self.ranks))  # when its request fired (its end, rounded as a timer's)
         self._gates: list[InsideGate] = []  # on_call: non-blocking collectives waiting for every member in a call
 
     # -- time -------------------------------------------------------------------------------
@@ -98,8 +99,10 @@ class GroupRuntime:
         member's), ``comm`` (with its ``args``) after."""
         waited_from = np.minimum(np.maximum(self.clock, self._compute_end), until)
         moving_from = np.minimum(np.maximum(waited_from, started_s), until)
-        if self._gates:  # inside a call over [waited_from, until): what on_call collectives wait for
-            self._inside(waited_from, until)
+        if self._gates:  # the call each member entered (entering_call) ends: what on_call collectives wait for
+            for gate in self._gates:
+                gate.ended(until)
+            self._resolve_gates()
         recorder = self.world.recorder
         recorder.span_block(SpanBlock(self.ranks, "wait", name, waited_from, moving_from, recorded_s=until))
         recorder.span_block(SpanBlock(self.ranks, "comm", name, moving_from, until, args=args, recorded_s=until))
@@ -125,7 +128,7 @@ class GroupRuntime:
         free = ends if np.ndim(before) == 0 and before == 0.0 else np.maximum(base + (before + durations), ends)
         world.recorder.span_block(SpanBlock(self.ranks, "compute", "forward/backward",
                                             np.broadcast_to(start, ends.shape).astype(float), ends))
-        self._compute_end = ends
+        self._compute_end, self._compute_free = ends, free
         request = GroupCompute(self, start, durations, free, self._result(replica, batches, batch_size, start, ends))
         return request
 
@@ -313,18 +316,32 @@ class GroupRuntime:
             gate.inside(starts, ends)
         self._resolve_gates()
 
-    def waiting_on(self, request: Any) -> None:
-        """Every member now waits on ``request`` (inside a call until it ends): the collective a
-        gate holds back opens at the latest once all wait on it."""
-        gate = getattr(request, "gate", None)
-        if gate is not None and gate.start_s is None:
-            self._inside(np.maximum(self.clock, self._compute_end), math.inf)
+    def entering_call(self) -> None:
+        """Every member blocks on a communication request now, from when its compute's request
+        fired, until the request ends (:meth:`blocked` tells when)."""
+        if self._gates:
+            self._inside(np.maximum(self.clock, self._compute_free), math.inf)
 
     def _resolve_gates(self) -> None:
+        """Check each gate at its earliest moment by what is known (final when the clock gets there)."""
         env = self.world.env
-        for gate in [g for g in self._gates if g.resolve() is not None]:
+        for gate in list(self._gates):
+            t = gate.earliest()
+            if t is None or gate.check_at == t:
+                continue
+            gate.check_at = t
+            env.timeout(delay_to(env.now, t)).callbacks.append(lambda _e, g=gate, t=t: self._check(g, t))
+
+    def _check(self, gate: InsideGate, t: float) -> None:
+        if gate.start_s is not None or gate.check_at != t:
+            return  # opened already, or a later check replaced this one
+        if gate.earliest() == t:
+            gate.start_s = t
             self._gates.remove(gate)
-            env.timeout(delay_to(env.now, gate.start_s)).callbacks.append(lambda _e, g=gate: g.event.succeed())
+            gate.event.succeed()
+        else:
+            gate.check_at = None
+            self._resolve_gates()
 
     # -- records ----------------------------------------------------------------------------
 

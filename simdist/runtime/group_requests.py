@@ -139,8 +139,8 @@ class Allreduce(GroupRequest):
         self.gate: Any = None  # on_call: what holds a non-blocking one back (:mod:`.group_progress`)
 
     def wait(self, group: Any) -> Generator:
+        group.entering_call()
         if not self.done.processed:
-            group.waiting_on(self)
             yield self.done
         group.blocked(np.maximum(group.clock, self.end_s), self.start_s, self.args)
         yield from group.until_earliest()

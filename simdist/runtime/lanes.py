@@ -75,6 +75,7 @@ class CrossLane(GroupRequest):
         self.end_s: Any = None
 
     def wait(self, group: Any) -> Generator:
+        group.entering_call()
         if not self.event.processed:
             yield self.event
         group.blocked(np.maximum(group.clock, self.end_s), self.start_s, self.args, name=self.kind)
