@@ -44,7 +44,7 @@ from ..errors import SimulationError
 from ..ledger import work_span_name
 from ..recorder import SpanBlock, UpdateBlock
 from .base import GradResult, Group
-from .group_progress import InsideGate
+from .group_progress import InsideGate, OnCallGates
 from .group_requests import (Allreduce, Busy, GroupCompute, GroupRank, GroupRequest, MemberTensor, delay_to,
                              member_values)
 from .payloads import payload_nbytes
@@ -78,7 +78,7 @@ class GroupRuntime:
         self.clock = np.zeros(len(self.ranks))  # when each member is free
         self._compute_end = np.zeros(len(self.ranks))  # end of each member's latest forward/backward
         self._compute_free = np.zeros(len(self.ranks))  # when its request fired (its end, rounded as a timer's)
-        self._gates: list[InsideGate] = []  # on_call: non-blocking collectives waiting for every member in a call
+        self._gates = OnCallGates(world.env)  # on_call: non-blocking collectives waiting for every member in a call
 
     # -- time -------------------------------------------------------------------------------
 
@@ -100,9 +100,7 @@ class GroupRuntime:
         waited_from = np.minimum(np.maximum(self.clock, self._compute_end), until)
         moving_from = np.minimum(np.maximum(waited_from, started_s), until)
         if self._gates:  # the call each member entered (entering_call) ends: what on_call collectives wait for
-            for gate in self._gates:
-                gate.ended(until)
-            self._resolve_gates()
+            self._gates.ended(until)
         recorder = self.world.recorder
         recorder.span_block(SpanBlock(self.ranks, "wait", name, waited_from, moving_from, recorded_s=until))
         recorder.span_block(SpanBlock(self.ranks, "comm", name, moving_from, until, args=args, recorded_s=until))
@@ -225,7 +223,7 @@ class GroupRuntime:
             owed = [epoch_end.schedule.at_finish(rank) for rank in self._rank_list]
             self.clock = self.clock + self._epoch_end(self.clock, owed if any(owed) else None)
         if self._gates:  # a member whose process has ended is inside MPI_Finalize, which progresses everything
-            self._inside(self.clock, math.inf)
+            self._gates.inside(self.clock, math.inf)
         env = self.world.env
         latest = float(self.clock.max())
         if latest > env.now:
@@ -285,8 +283,7 @@ class GroupRuntime:
         if not blocking and world.on_call is not None:
             # on_call: a non-blocking collective starts at the first moment every member is inside a call,
             # which the calls the members make from now on tell (each member's, ahead of the run's clock)
-            request.gate = InsideGate(last_call_s, len(self._rank_list), world.env.event())
-            self._gates.append(request.gate)
+            request.gate = self._gates.add(InsideGate(last_call_s, len(self._rank_list), world.env.event()))
         world.env.process(self._run_allreduce(request, group, algorithm or world.default_collective, last_call_s))
         return request
 
@@ -310,38 +307,11 @@ class GroupRuntime:
                                                 np.full(n, request.end_s), blocking=False, args=request.args))
         request.done.succeed()
 
-    def _inside(self, starts: Any, ends: Any) -> None:
-        """Every member inside a call over [start, end): tell the gates, open those that can."""
-        for gate in self._gates:
-            gate.inside(starts, ends)
-        self._resolve_gates()
-
     def entering_call(self) -> None:
         """Every member blocks on a communication request now, from when its compute's request
         fired, until the request ends (:meth:`blocked` tells when)."""
         if self._gates:
-            self._inside(np.maximum(self.clock, self._compute_free), math.inf)
-
-    def _resolve_gates(self) -> None:
-        """Check each gate at its earliest moment by what is known (final when the clock gets there)."""
-        env = self.world.env
-        for gate in list(self._gates):
-            t = gate.earliest()
-            if t is None or gate.check_at == t:
-                continue
-            gate.check_at = t
-            env.timeout(delay_to(env.now, t)).callbacks.append(lambda _e, g=gate, t=t: self._check(g, t))
-
-    def _check(self, gate: InsideGate, t: float) -> None:
-        if gate.start_s is not None or gate.check_at != t:
-            return  # opened already, or a later check replaced this one
-        if gate.earliest() == t:
-            gate.start_s = t
-            self._gates.remove(gate)
-            gate.event.succeed()
-        else:
-            gate.check_at = None
-            self._resolve_gates()
+            self._gates.inside(np.maximum(self.clock, self._compute_free), math.inf)
 
     # -- records ----------------------------------------------------------------------------
 

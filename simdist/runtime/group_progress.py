@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["InsideGate"]
+from .group_requests import delay_to as _delay_to
+
+__all__ = ["InsideGate", "OnCallGates"]
 
 
 class InsideGate:
@@ -69,6 +71,53 @@ class InsideGate:
                 if intervals[0][0] > t:
                     t, moved = intervals[0][0], True
         return t
+
+
+class OnCallGates:
+    """A lockstep group's gates still closed: what its members' calls tell them, and their checks."""
+
+    def __init__(self, env: Any):
+        self.env = env
+        self._gates: list[InsideGate] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._gates)
+
+    def add(self, gate: InsideGate) -> InsideGate:
+        self._gates.append(gate)
+        return gate
+
+    def inside(self, starts: Any, ends: Any) -> None:
+        """Every member inside a call over [start, end) (:meth:`InsideGate.inside`)."""
+        for gate in self._gates:
+            gate.inside(starts, ends)
+        self._resolve()
+
+    def ended(self, ends: Any) -> None:
+        """The call every member was inside until further notice ended (:meth:`InsideGate.ended`)."""
+        for gate in self._gates:
+            gate.ended(ends)
+        self._resolve()
+
+    def _resolve(self) -> None:
+        """Check each gate at its earliest moment by what is known (final when the clock gets there)."""
+        for gate in list(self._gates):
+            t = gate.earliest()
+            if t is None or gate.check_at == t:
+                continue
+            gate.check_at = t
+            self.env.timeout(_delay_to(self.env.now, t)).callbacks.append(lambda _e, g=gate, t=t: self._check(g, t))
+
+    def _check(self, gate: InsideGate, t: float) -> None:
+        if gate.start_s is not None or gate.check_at != t:
+            return  # opened already, or a later check replaced this one
+        if gate.earliest() == t:
+            gate.start_s = t
+            self._gates.remove(gate)
+            gate.event.succeed()
+        else:
+            gate.check_at = None
+            self._resolve()
 
 
 def _over(interval: list[float], t: float) -> bool:
