@@ -184,7 +184,7 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/daso_parameter_study.py":
         "writes reports/daso_parameter_study.csv into the repository (it has no --out)",
     "python benchmarks/noise_ablation.py":
-        "two to four minutes on two cores; tests/test_noise_ablation.py tests its parts",
+        "under a minute on two cores, writing reports/noise_ablation.md into the repository; tests/test_noise_ablation.py tests its parts",
     "python benchmarks/nnt_vs_sync.py":
         "minutes (16-node runs at three batch sizes); tests/test_nnt_vs_sync_bench.py tests its parts",
     "python benchmarks/compute_profile_accuracy.py":
