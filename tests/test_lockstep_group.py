@@ -328,3 +328,26 @@ def test_lanes_join_only_whole_lanes_or_their_first_members():
         lanes.shape((0, 5))  # rank 5 is not a first member
     with pytest.raises(SimulationError, match="outside every lane"):
         lanes.shape((0, 2))
+
+
+def test_collectives_joining_lanes_must_each_be_alone_on_their_links():
+    """Two nodes' copies of a collective that cross the same leaf uplinks would slow each other:
+    pricing each alone would be wrong, so the lanes refuse them."""
+    import torch
+
+    from simdist.errors import SimulationError
+    from simdist.runtime.group import GroupRuntime
+    from simdist.runtime.lanes import LaneSet
+    from simdist.runtime.phantom import PhantomTensor
+
+    platform = {"preset": "cluster-a100-hdr", "nodes": 4,
+                "fabric": {"topology": "fat_tree", "nodes_per_leaf": 2, "oversubscription": 2}}
+    world = Simulation(scenario_from_dict(timing_scenario(platform=platform)), None).world
+    world.network_exclusive = True
+    first, second = GroupRuntime(world, [0, 4]), GroupRuntime(world, [8, 12])  # nodes 0, 1 and 2, 3
+    world.lanes = lanes = LaneSet(world, [first, second])
+    across = world.group([0, 8], "across leaves")  # instances (0, 8) and (4, 12) both cross leaf 0 -> leaf 1
+    tensor = PhantomTensor(1_000_000, torch.float32)
+    lanes.call(first, "allreduce", across, tensor)
+    with pytest.raises(SimulationError, match="share links between instances"):
+        lanes.call(second, "allreduce", across, tensor)

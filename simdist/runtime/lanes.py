@@ -170,6 +170,10 @@ class LaneSet:
         for ranks, plan in zip(call.shape.instances[1:], plans[1:]):
             moved = world.translated_pieces(plans[0], plan, dict(zip(first_ranks, ranks)))
             pieces.append(moved if moved is not None else world.alone_pieces(*plan))
+        used = [{i for _seconds, outcome in instance for i, _busy in outcome[2]} for instance in pieces]
+        if sum(map(len, used)) != len(set().union(*used)):
+            raise SimulationError(f"the {call.kind}s a lockstep lane joins over group {list(first_ranks[:8])} share "
+                                  "links between instances (they run at once): each must be alone on its links")
         return pieces
 
     def _plans(self, call: _Call, nbytes: int) -> list[tuple[Any, Any]]:

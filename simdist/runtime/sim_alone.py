@@ -32,8 +32,8 @@ class AloneReplay:
         self._alone: dict[Any, tuple] = {}  # phase -> its outcome alone on the network
         self._runs: dict[int, Any] = {}  # id(outcome) -> how to run it again (run(env, network))
         self._pieces: dict[Any, list[tuple[float, tuple]]] = {}  # collective key -> its (seconds, outcome) pieces
-        # counters of pieces priced at once, by end: (starts, ends, outcomes)
-        self._owed: deque[tuple[np.ndarray, np.ndarray, list[tuple]]] = deque()
+        # pieces priced at once whose counters are owed, by end: (their starts, their ends, the batch)
+        self._owed: deque[tuple[np.ndarray, np.ndarray, "_PieceBatch"]] = deque()
         self._replaying: dict[int, tuple[float, tuple]] = {}  # replays under way: token -> (start, outcome)
         self._batches: dict[int, tuple[Any, list["_PieceBatch"]]] = {}  # id(pieces) -> (pieces, their batches)
         self._settled: dict[int, tuple["_PieceBatch", int]] = {}  # id(batch) -> (batch, times it ended whole)
