@@ -89,7 +89,8 @@ def _workload(scenario: Scenario) -> Workload:
 
 def _sharder(scenario: Scenario, workload: Workload, workers: list[int]) -> EpochSharder:
     try:
-        return EpochSharder(len(workload.dataset.train_y), len(workers), scenario.seed)
+        return EpochSharder(len(workload.dataset.train_y), len(workers), scenario.seed,
+                            shuffle=not scenario.workload.timing_only)  # timing-only: no sample is read
     except InputError as exc:
         raise exc.at(source=scenario.source, field_prefix="workload.dataset") from None
 

@@ -85,3 +85,22 @@ def test_iterator_consumes_each_shard_exactly_once_in_order(n_samples, n_workers
     assert sorted(seen) == list(range(max_epochs))
     for epoch, indices in seen.items():
         assert indices == sharder.shard(epoch, worker).tolist()
+
+
+def test_without_shuffling_every_epoch_has_the_one_identity_order_made_once():
+    sharder = EpochSharder(103, 4, seed=7, shuffle=False)
+    first = sharder.permutation(0)
+    assert np.array_equal(first, np.arange(103)) and sharder.permutation(5) is first
+    assert np.array_equal(sharder.shard(3, 1), np.arange(25, 50))
+
+
+def test_a_timing_only_run_shards_without_shuffling_and_a_replay_run_with():
+    from pathlib import Path
+
+    from simdist.scenario import load_scenario
+    from simdist.simulate import Simulation
+
+    path = Path(__file__).parents[1] / "scenarios" / "quickstart.yaml"
+    replay = Simulation(load_scenario(path), None)
+    timing = Simulation(load_scenario(path, ["workload.timing_only=true", "stop.target_accuracy=null"]), None)
+    assert replay.algorithm.data[0].sharder.shuffle and not timing.algorithm.data[0].sharder.shuffle
