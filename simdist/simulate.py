@@ -353,8 +353,6 @@ def _execution(algorithm: Any, form: Any, obstacle: str | None) -> dict[str, str
         return {"mode": "lockstep", "why": "every worker runs the same step: one process moves them all"}
     if obstacle is not None:
         return {"mode": "per_rank", "why": obstacle}
-    if getattr(algorithm, "lockstep_why", None):
-        return {"mode": "per_rank", "why": algorithm.lockstep_why}
     if getattr(algorithm, "lockstep", None) is None:
         name = getattr(getattr(algorithm, "config", None), "name", type(algorithm).__name__)
         return {"mode": "per_rank", "why": f"algorithm {name!r} has no lockstep form"}

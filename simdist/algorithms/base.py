@@ -125,7 +125,6 @@ class LockstepForm:
 
     lanes: tuple[Lane, ...]
     apart: bool = False
-    joins: bool = False  # the lanes' collectives join lanes: they must be alone on links of fixed capacity
 
 
 class PeerAlgorithm(Algorithm):
@@ -146,7 +145,6 @@ class PeerAlgorithm(Algorithm):
     lockstep: ClassVar[str | None] = None
     lockstep_apart: ClassVar[bool] = False
     lockstep_lanes_join: ClassVar[bool] = False  # collectives join the lanes (:meth:`lockstep_lanes`)
-    lockstep_why: str | None = None  # why :meth:`lockstep_lanes` found no lanes, where it said
 
     def __init__(self, config: AlgorithmConfig, ctx: AlgorithmContext):
         super().__init__(config, ctx)
@@ -181,8 +179,6 @@ class PeerAlgorithm(Algorithm):
 
         ctx = self.ctx
         lanes = self.lockstep_lanes()
-        if lanes is None:
-            return None
         index_of = {rank: i for i, rank in enumerate(ctx.workers)}
         for lane in lanes:
             shards = LockstepShards(self.data[0].sharder, len(lane), ctx.max_epochs)
@@ -191,11 +187,11 @@ class PeerAlgorithm(Algorithm):
             for rank in lane:
                 self.data[index_of[rank]], self.replicas[index_of[rank]] = view, self.replicas[first]
         return LockstepForm(tuple(Lane(tuple(lane), self._bind(index_of[lane[0]])) for lane in lanes),
-                            apart=self.lockstep_apart, joins=self.lockstep_lanes_join)
+                            apart=self.lockstep_apart)
 
-    def lockstep_lanes(self) -> list[list[int]] | None:
-        """The worker ranks of each lockstep lane (:class:`LockstepForm`), or None where the
-        workers cannot run as lanes here; the default: one lane of every worker."""
+    def lockstep_lanes(self) -> list[list[int]]:
+        """The worker ranks of each lockstep lane (:class:`LockstepForm`); the default: one lane of
+        every worker."""
         return [list(self.ctx.workers)]
 
     def _own_work_uniform(self) -> bool:

@@ -46,8 +46,7 @@ class AloneReplay:
     def _phase_alone(self, key: Any, index: int, phase) -> tuple:
         alone = self._alone.get((key, index))
         if alone is None:
-            alone = self._alone[(key, index)] = self._measured(
-                lambda env, network: self._run_phase(env, network, (key, index), phase))
+            alone = self._alone[(key, index)] = self._measured(_phase_run(self, key, index, phase))
         return alone
 
     def _measured(self, run) -> tuple:
@@ -60,9 +59,7 @@ class AloneReplay:
         """A priced collective's flows alone (one per rank pair; measured once per key)."""
         alone = self._alone.get((key, "priced"))
         if alone is None:
-            pair_bytes = self._pair_bytes(key, plan)
-            alone = self._alone[(key, "priced")] = self._measured(
-                lambda env, network: self._aggregate_flows(env, network, pair_bytes))
+            alone = self._alone[(key, "priced")] = self._measured(self._priced_run(key, plan))
             if alone[0] > price.seconds:
                 ranks = key[2] if key[0] == "allreduce" else key[1]
                 self.pricer.links_slower(key[0], len(ranks), self._nodes_of(ranks), price)
@@ -80,17 +77,18 @@ class AloneReplay:
             del self._replaying[id(token)]
         self._add_counters(alone)
 
-    def _add_counters(self, alone: tuple) -> None:
+    def _add_counters(self, alone: tuple, times: int = 1) -> None:
+        """Add what a run measured alone moved, ``times`` over, to the network's counters."""
         _alone_s, link_bytes, link_busy_s, sent, received, _usage = alone
         net = self.network
         for i, nbytes in link_bytes:
-            net.link_bytes[i] += nbytes
+            net.link_bytes[i] += nbytes * times
         for i, busy_s in link_busy_s:
-            net.link_busy_s[i] += busy_s
+            net.link_busy_s[i] += busy_s * times
         for pair, nbytes in sent:
-            net.sent_bytes[pair] += nbytes
+            net.sent_bytes[pair] += nbytes * times
         for pair, nbytes in received:
-            net.received_bytes[pair] += nbytes
+            net.received_bytes[pair] += nbytes * times
 
     def _measure_alone(self, run, until_s: float | None = None):
         """(duration, link bytes, link busy time, bytes sent, bytes received, link usage over time
@@ -116,7 +114,7 @@ class AloneReplay:
         (seconds, outcome) of each (its table price, or each phase)."""
         pieces = self._pieces.get(key)
         if pieces is None:
-            price = self._price(key) if self.pricer and plan else None
+            price = self._table_price(key, plan)
             if price is not None:
                 alone = self._priced_alone(key, plan, price)
                 pieces = [(max(price.seconds, alone[0]), alone)]
@@ -137,7 +135,7 @@ class AloneReplay:
         if links is None:
             return None
         key, plan = other
-        priced = self._price(key) is not None if self.pricer and plan else False
+        priced = self._table_price(key, plan) is not None
         pieces = []
         for index, (seconds, outcome) in enumerate(self.alone_pieces(*measured)):
             moved = _moved(outcome, links, rank_map)
@@ -145,7 +143,12 @@ class AloneReplay:
             pieces.append((seconds, moved))
         return pieces
 
+    def _table_price(self, key: Any, plan) -> Any:
+        """The measured table's price of the collective ``key`` (None: priced from its phases)."""
+        return self._price(key) if self.pricer and plan else None
+
     def _priced_run(self, key: Any, plan):
+        """How to run a priced collective's flows (one per rank pair) on a network."""
         pair_bytes = self._pair_bytes(key, plan)
         return lambda env, network: self._aggregate_flows(env, network, pair_bytes)
 
@@ -253,19 +256,9 @@ class _PieceBatch:
 
     def add_to(self, world: AloneReplay, times: int) -> None:
         """Add the counters of ``times`` whole runs of every collective of the batch."""
-        net = world.network
         for outcome in self.outcomes:
-            if outcome is None:
-                continue
-            _seconds, link_bytes, link_busy_s, sent, received, _usage = outcome
-            for i, nbytes in link_bytes:
-                net.link_bytes[i] += nbytes * times
-            for i, busy_s in link_busy_s:
-                net.link_busy_s[i] += busy_s * times
-            for pair, nbytes in sent:
-                net.sent_bytes[pair] += nbytes * times
-            for pair, nbytes in received:
-                net.received_bytes[pair] += nbytes * times
+            if outcome is not None:
+                world._add_counters(outcome, times)
 
 
 def _moved(outcome: tuple, links: dict[int, int], ranks: dict[int, int]) -> tuple:

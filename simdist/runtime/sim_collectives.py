@@ -181,10 +181,6 @@ class CollectiveExecution(AloneReplay):
             plan = self._plans[key] = make_plan()
         return key, plan
 
-    def execute_plan(self, key: Any, plan):
-        """Generator: the collective ``key`` on the links now (its table price, or its phases)."""
-        yield from self._execute(key, plan)
-
     def reduce_sum(self, tensors: list[Any]) -> Any:
         """The elementwise sum an allreduce delivers, in group order."""
         return _sum(tensors)
