@@ -21,9 +21,10 @@ The cost is measured in steady state. In the first table: the wall time of a run
 step after the warm-up to the first update of the step after the measured ones, divided by
 their number (best of ``repeats`` runs): the run-to-run spread of the one-time work — building
 the platform, planning the collective, running each collective phase once alone, writing the
-results — does not enter it, and is reported apart as the warm-up. The warm-up is 10 iterations, or two rounds of
-updates (each worker's gradient twice) for the parameter-server algorithms, whose measured
-part is two more rounds. The dataset holds 64 batches per worker, so no epoch ends inside a
+results — does not enter it, and is reported apart as the warm-up. The warm-up is 10
+iterations (DASO: a whole rotation of its global syncs, 18, so that each local rank's global
+group and node broadcast has run once), or two rounds of updates (each worker's gradient twice)
+for the parameter-server algorithms, whose measured part is two more rounds. The dataset holds 64 batches per worker, so no epoch ends inside a
 measured run.
 
 After the first table, one whole sync run at 16,384 GPUs (``--largest-steps``, default 100 steps;
