@@ -99,7 +99,7 @@ def test_every_effect_of_the_table_loads_in_this_version(bench):
 
 def test_report_renders_tables_contributions_and_verdict(bench):
     a, b = _effects(bench)
-    point = lambda s: {"epoch_s": s, "iteration_s": s / 100}  # noqa: E731
+    point = lambda s: {"epoch_s": s, "iteration_s": s / 100, "step_s": s / 100, "own_work_s": 0.95 * s / 100}  # noqa: E731
     table = {label: {"sync": point(20.0), "daso_cycling": point(20.0 - i), "daso_blocking": point(21.0)}
              for i, (label, _) in enumerate(bench.ablation_states(["a", "b"]))}
     rows = bench.ablation_rows(table)
@@ -113,3 +113,23 @@ def test_report_renders_tables_contributions_and_verdict(bench):
     assert "| a | -5.00 | -10.00 |" in text  # all on 0 % − without a 5 %; only a 15 % − all off 25 %
     assert "S = 0: epoch time non-increasing in B (larger B faster or equal)? **yes**" in text
     assert "below the published range by 15.0 points" in text
+    assert rows[0]["ceiling"] == pytest.approx(5.0)  # 5 % of sync's step is not a rank's own work
+    assert "Ceiling with every effect on: 5.0 % at 32 GPUs" in text and "below the published range's lower end" in text
+
+
+def test_ceiling_is_the_share_of_the_step_outside_a_ranks_own_work(bench):
+    assert bench.ceiling_pct(0.120, 0.090) == pytest.approx(25.0)
+    assert bench.ceiling_pct(0.100, 0.100) == 0.0
+    high = [{"state": "all on", "ceiling": 30.0}]
+    assert "fits under the ceiling" in " ".join(bench.ceiling_markdown({32: high}))
+
+
+def test_sensitivity_table_says_whether_any_noise_reaches_the_published_range(bench):
+    point = lambda s, own=0.9: {"epoch_s": s, "step_s": s, "own_work_s": own * s}  # noqa: E731
+    study = {0.1: {"sync": point(20.0), "daso_cycling": point(19.0)},
+             0.3: {"sync": point(30.0), "daso_cycling": point(27.0)}}
+    text = "\n".join(bench.sensitivity_markdown(32, study, 0.02))
+    assert "| 0.3 | 30.000 | 27.000 | 10.00 | 10.00 |" in text
+    assert "No value in the table reaches the published range" in text
+    study[0.3]["daso_cycling"] = point(24.0)  # 20 % saved
+    assert "reached from rank_sigma 0.3" in "\n".join(bench.sensitivity_markdown(32, study, 0.02))
