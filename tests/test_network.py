@@ -113,14 +113,17 @@ def traffic(draw, max_links=4, max_flows=6):
     return capacity, latency, flows
 
 
-def _run(capacity, latency, flows, *, lone_shortcut=True, degrade=None):
+def _run(capacity, latency, flows, *, lone_shortcut=True, degrade=None, usage=None, **network_options):
     """Start every flow at its time; return (network, finish times, end of run).
 
-    ``degrade``: (link, factor, from, to), a capacity window on one link.
+    ``degrade``: (link, factor, from, to), a capacity window on one link; ``usage``: a recorder
+    class (LinkUsage, UsageLog) to keep link usage with; ``network_options`` go to FlowNetwork.
     """
     env = simpy.Environment()
     links = _links(capacity, latency)
-    net = FlowNetwork(env, links, lone_shortcut=lone_shortcut)
+    net = FlowNetwork(env, links, lone_shortcut=lone_shortcut, **network_options)
+    if usage is not None:
+        net.usage = usage(len(links))
     if degrade is not None:
         link, factor, opens, closes = degrade
         env.timeout(opens).callbacks.append(lambda _e: net.degrade([link], factor, active=True))

@@ -20,7 +20,7 @@ class Flow:
 
     __slots__ = ("route", "nbytes", "done", "src", "dst", "remaining", "counted_bytes", "link_indices",
                  "counted_indices", "weight", "rate_Bps", "started_s", "busy_from_s", "updated_s", "order",
-                 "finish_seq")
+                 "finish_seq", "pool", "v_end")
 
     def __init__(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], Any], src: int | None = None,
                  dst: int | None = None, link_indices: tuple[int, ...] | None = None,
@@ -43,6 +43,8 @@ class Flow:
         self.updated_s = 0.0  # ``remaining`` is as of this instant (it moves at ``rate_Bps`` since)
         self.order = 0  # when it started moving among the shared flows, as a sequence number
         self.finish_seq = -1  # its current entry in the network's finish-time heap (-1: none)
+        self.pool = None  # the FlowPool it moves in (flow_pools), or None
+        self.v_end = 0.0  # in a pool: the pool's service per flow at which its last byte arrives
 
     def __repr__(self) -> str:
         return f"Flow({self.src}->{self.dst}, {self.nbytes} B over {[link.name for link in self.route]})"

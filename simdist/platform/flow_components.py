@@ -44,6 +44,11 @@ class LinkFlows:
             else:
                 flows[flow] = None
 
+    def count(self, link: int) -> int:
+        """How many moving flows are on ``link``."""
+        flows = self._on[link]
+        return len(flows) if flows else 0
+
     def carries(self, link: int) -> bool:
         """Whether a moving flow is on ``link``."""
         return bool(self._on[link])

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -119,6 +119,14 @@ class RateSegments:
             flow_s: float) -> None:  # pragma: no cover - every recorder defines it
         raise NotImplementedError
 
+    def add_along(self, link: int, start_s: float, end_s: float, count: int,
+                  service_at: Callable[[float], float]) -> None:
+        """``count`` flows on ``link`` over ``[start_s, end_s]``, each having moved
+        ``service_at(t)`` bytes by ``t`` (a pool's service, :mod:`.flow_pools`). Here the totals;
+        :class:`LinkUsage` bins them exactly."""
+        moved = service_at(end_s) - service_at(start_s)
+        self.add(link, start_s, end_s, count * moved, count * (end_s - start_s))
+
     def close(self, now_s: float) -> None:
         """End every open interval at ``now_s``."""
         self.rates_now(np.zeros_like(self._rate), np.zeros_like(self._flows), now_s)
@@ -185,6 +193,21 @@ class LinkUsage(RateSegments):
         self._buffered += 1
         if self._buffered >= _FLUSH_EVERY:
             self.flush()
+
+    def add_along(self, link: int, start_s: float, end_s: float, count: int,
+                  service_at: Callable[[float], float]) -> None:
+        """As :meth:`RateSegments.add_along`, cut at the bins' edges: each piece's bytes are what
+        ``service_at`` says moved in it, so a bin holds exactly what crossed the link in it."""
+        self._widen_to(end_s)
+        width = self.bin_s
+        first, last = int(start_s / width), math.ceil(end_s / width) - 1
+        if last <= first:
+            super().add_along(link, start_s, end_s, count, service_at)
+            return
+        edges = [start_s, *(k * width for k in range(first + 1, last + 1)), end_s]
+        moved = [service_at(t) for t in edges]
+        for a, b, va, vb in zip(edges, edges[1:], moved, moved[1:]):
+            self.add(link, a, b, count * (vb - va), count * (b - a))
 
     def add_many(self, links: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray,
                  flow_s: np.ndarray) -> None:

@@ -39,6 +39,8 @@ import numpy as np
 from ..registry import Registry
 from .flow import Flow
 from .flow_components import FinishTimes, LinkFlows
+from . import flow_pools
+from .flow_pools import PooledFlows
 from .lone_flows import LoneFlows
 from .maxmin import max_min_rates, max_min_rounds, weighted_max_min_rates
 from .sharing import MIN_RTT_S, SHARING_RULES, rtt_weight
@@ -52,7 +54,7 @@ _USAGE_BY_FLOW = 8  # re-solved flows up to which their links' usage is summed f
 _ROUTES_KEPT = 1 << 16  # route tuples whose facts a network keeps (a platform has one per rank pair in use)
 
 
-class FlowNetwork(LoneFlows):
+class FlowNetwork(LoneFlows, PooledFlows):
     """Flows over the links of one platform, driven by a SimPy environment.
 
     Counters kept for the results: bytes and busy time per link, bytes sent and received
@@ -66,12 +68,18 @@ class FlowNetwork(LoneFlows):
     is the max-min one at every instant either way (``lone_shortcut=False`` turns it off,
     for tests that compare the two). The shortcut lives in :mod:`.lone_flows`.
 
+    A component of at least ``pool_min`` flows that all cross one link, on which each gets the
+    smallest fair share, moves as a *pool* in virtual time: O(log n) per start or end instead of
+    a re-solve of every flow (many workers pushing to one parameter server; :mod:`.flow_pools`).
+    ``pools=False`` turns them off; ``pool_min`` defaults to :data:`.flow_pools.POOL_MIN`.
+
     ``sharing`` names the rule in :data:`SHARING_RULES`; by default it is the one ``links``
     carries (a platform's :class:`~simdist.platform.topology.LinkList` carries its
     ``fabric.sharing``), else ``max-min``.
     """
 
-    def __init__(self, env, links: Sequence[Link], *, lone_shortcut: bool = True, sharing: str | None = None):
+    def __init__(self, env, links: Sequence[Link], *, lone_shortcut: bool = True, sharing: str | None = None,
+                 pools: bool = True, pool_min: int | None = None):
         self.env = env
         self.sharing = sharing if sharing is not None else getattr(links, "sharing", "max-min")
         self._weight_of = SHARING_RULES.get(self.sharing)  # None: equal shares, the unweighted solver
@@ -95,6 +103,7 @@ class FlowNetwork(LoneFlows):
         self.sent_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.received_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.solves = 0
+        self._init_pools(math.inf if not pools else flow_pools.POOL_MIN if pool_min is None else pool_min)
         # where link usage over time goes (a LinkUsage or UsageLog: link_usage.RateSegments); None: not kept
         self.usage = None
 
@@ -176,19 +185,21 @@ class FlowNetwork(LoneFlows):
 
     def in_flight(self) -> list[Flow]:
         """Flows sent whose last byte has not arrived: moving, lone, or still paying latency."""
-        return list(self.active) + self._lone_flows() + list(self._paying_latency)
+        return list(self.active) + self._pool_flows() + self._lone_flows() + list(self._paying_latency)
 
     @property
     def idle(self) -> bool:
         """Whether no flow is moving or about to move on any link."""
-        return not self.active and not self._lone and not self._paying_latency
+        return not self.active and not self._pools and not self._lone and not self._paying_latency
 
     def degrade(self, link_indices: Sequence[int], factor: float, *, active: bool) -> None:
         """Open (``active``) or close a window multiplying the links' capacity by ``factor``.
 
         Overlapping windows multiply; a link's capacity is recomputed from its nominal
-        bandwidth, so closing every window restores it exactly. Rates re-solve at this instant.
+        bandwidth, so closing every window restores it exactly. Rates re-solve at this instant
+        (a pool on the links dissolves into shared flows first).
         """
+        self._dissolve_on(link_indices)
         for index in link_indices:
             if index in self._lone:  # its rate changes: it shares the re-solve from now on
                 self._join(self._lone[index])
@@ -208,6 +219,7 @@ class FlowNetwork(LoneFlows):
     def finalize(self, now_s: float) -> None:
         """Close the busy intervals of links still carrying flows at the end of the run."""
         if self.usage is not None:
+            self._close_pool_usage(now_s)
             self.usage.close(now_s)
             for lone in self._lone_flows():
                 self._record_lone(lone, now_s)
@@ -245,7 +257,7 @@ class FlowNetwork(LoneFlows):
             if not self._link_flows.carries(i):
                 self._link_busy_since[i] = now
         self._add_active(flow, now)
-        if len(self.active) == 1 and not self._resolve_pending:
+        if len(self.active) == 1 and not self._pools and not self._resolve_pending:
             # alone on the network: its rate is known now. Should another flow start in this
             # instant, it re-solves (deferred) with both; rates only depend on the active set
             self._resolve_and_schedule()
@@ -258,6 +270,8 @@ class FlowNetwork(LoneFlows):
         self.active[flow] = None
         self._link_flows.add(flow)
         self._dirty.update(dict.fromkeys(flow.link_indices))
+        if self._pools:
+            self._fresh.append(flow)
 
     def _resolve_soon(self) -> None:
         """Re-solve once at the end of this instant, however many flows start in it."""
@@ -299,15 +313,18 @@ class FlowNetwork(LoneFlows):
     def _resolve_and_schedule(self) -> None:
         """New rates for the flows connected to the links that changed; the timer set for the
         next last byte anywhere."""
-        if not self.active:
-            self._dirty = {}
+        dirty, self._dirty = self._dirty, {}
+        if self._pools:
+            dirty = self._settle_pools(dirty)
+        if not self.active and not self._pools:
             if self.usage is not None:
                 self.usage.close(self.env.now)  # nothing moves on any link now
             return
-        dirty, self._dirty = self._dirty, {}
         if dirty:
-            flows = self._link_flows.component(dirty, self.active)
-            if flows:
+            flows = self._link_flows.component(dirty, self.active) if self.active else []
+            if flows and self._pool_component(flows):
+                flows, dirty = [], {i: None for i in dirty if i not in self._pool_of_link}
+            elif flows:
                 self._solve(flows)
             if self.usage is not None:
                 self._note_usage_rates(flows, dirty)
@@ -327,6 +344,8 @@ class FlowNetwork(LoneFlows):
     def _arm_timer(self) -> None:
         """Set the completion timer for the earliest predicted last byte, unless one is set earlier."""
         next_s = self._finish.next_s()
+        if self._pools:
+            next_s = min(next_s, self._pools_next_s())
         if next_s >= self._armed_for or next_s == math.inf:
             return
         self._armed_for = next_s
@@ -343,6 +362,9 @@ class FlowNetwork(LoneFlows):
         finished = self._finish.due(max(now, armed_for), now, _RELATIVE_EPS)
         for flow in finished:
             del self.active[flow]
+        if self._pools:
+            finished += self._pools_due(max(now, armed_for), now, _RELATIVE_EPS)
+        for flow in finished:
             self._link_flows.remove(flow)
             links = dict.fromkeys(flow.link_indices)  # a route may name a link twice: its busy time ends once
             self._dirty.update(links)
