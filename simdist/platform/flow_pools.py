@@ -37,14 +37,65 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from bisect import bisect_right
 from typing import Sequence
+
+import numpy as np
 
 from .flow import Flow
 
 __all__ = ["FlowPool", "PooledFlows", "POOL_MIN"]
 
 POOL_MIN = 32  # flows in a component from which it may be pooled (below, the solver is as fast)
+
+
+class ServiceHistory:
+    """A pool's service ``V`` over time: points where its rate changed, linear in between.
+
+    Kept in arrays that double as they fill, so reading ``V`` at many instants is one
+    ``np.interp``; points before the oldest open usage interval are dropped (amortised O(1))."""
+
+    def __init__(self, now: float):
+        self._t = np.empty(64)
+        self._v = np.empty(64)
+        self._t[0], self._v[0], self.size = now, 0.0, 1
+        self._trim_at = 1024
+
+    @property
+    def last_s(self) -> float:
+        return float(self._t[self.size - 1])
+
+    def append(self, t: float, v: float) -> None:
+        if self.size == len(self._t):
+            self._t, self._v = np.resize(self._t, 2 * self.size), np.resize(self._v, 2 * self.size)
+        self._t[self.size], self._v[self.size] = t, v
+        self.size += 1
+
+    def at(self, t):
+        """``V`` at ``t`` (a float or an array of instants within the history; a recorded
+        instant gives its recorded value exactly)."""
+        n, times, values = self.size, self._t, self._v
+        if isinstance(t, np.ndarray):
+            return np.interp(t, times[:n], values[:n])
+        if t >= times[n - 1]:  # the interval just closed ends at the last point (the common case)
+            return float(values[n - 1])
+        k = max(int(times[:n].searchsorted(t, "right")) - 1, 0)
+        t0, v0 = float(times[k]), float(values[k])
+        if t0 == t:
+            return v0
+        return v0 + (float(values[k + 1]) - v0) * (t - t0) / (float(times[k + 1]) - t0)
+
+    @property
+    def due_for_trim(self) -> bool:
+        """Whether it has doubled since it was last trimmed."""
+        return self.size >= self._trim_at
+
+    def trim(self, oldest_s: float) -> None:
+        """Forget the points before the one at or just before ``oldest_s``."""
+        k = max(int(np.searchsorted(self._t[:self.size], oldest_s, side="right")) - 1, 0)
+        keep = self.size - k
+        self._t[:keep], self._v[:keep] = self._t[k:self.size].copy(), self._v[k:self.size].copy()
+        self.size = keep
+        self._trim_at = max(1024, 2 * keep)
 
 
 class FlowPool:
@@ -65,8 +116,7 @@ class FlowPool:
         self._owner = owner  # the network's link -> pool map, kept for the links with flows
         self._heap: list[tuple[float, int, Flow]] = []
         self._seq = itertools.count()
-        self.history: tuple[list[float], list[float]] | None = ([now], [0.0]) if keep_history else None
-        self._trim_at = 1024  # history length from which it is trimmed next (doubling: amortised O(1))
+        self.history = ServiceHistory(now) if keep_history else None
 
     # -- virtual time ---------------------------------------------------------------------
 
@@ -74,24 +124,19 @@ class FlowPool:
         if now != self.since:
             self.service += self.rate * (now - self.since)
             self.since = now
-        if self.history is not None and self.history[0][-1] != now:
-            self.history[0].append(now)
-            self.history[1].append(self.service)
+        if self.history is not None and self.history.last_s != now:
+            self.history.append(now, self.service)
 
     def _rerate(self) -> None:
         n = len(self.flows)
         self.rate = self._capacity[self.link] / n if n else 0.0
 
-    def service_at(self, t: float) -> float:
-        """``V(t)``, bytes per flow moved in the pool by ``t`` (from the history before ``since``;
-        a recorded instant gives its recorded value exactly)."""
-        if t >= self.since or self.history is None:
+    def service_at(self, t):
+        """``V(t)``: bytes per flow moved in the pool by ``t`` (a float or an array of instants
+        up to now; read from the history, which has a point at every change of rate)."""
+        if self.history is None:
             return self.service + self.rate * (t - self.since)
-        times, values = self.history
-        k = max(bisect_right(times, t) - 1, 0)
-        if times[k] == t or k + 1 == len(times):
-            return values[k]
-        return values[k] + (values[k + 1] - values[k]) * (t - times[k]) / (times[k + 1] - times[k])
+        return self.history.at(t)
 
     def next_s(self) -> float:
         """When the next flow's last byte arrives (inf: none moves)."""
@@ -190,13 +235,8 @@ class FlowPool:
 
     def trim_history(self) -> None:
         """Forget the history before the oldest open usage interval."""
-        if self.history is None or len(self.history[0]) < self._trim_at:
-            return
-        times, values = self.history
-        oldest = min(self.count_since.values(), default=times[-1])
-        k = max(bisect_right(times, oldest) - 1, 0)
-        del times[:k], values[:k]
-        self._trim_at = max(1024, 2 * len(times))
+        if self.history is not None and self.history.due_for_trim:
+            self.history.trim(min(self.count_since.values(), default=self.since))
 
 
 class PooledFlows:

@@ -195,19 +195,19 @@ class LinkUsage(RateSegments):
             self.flush()
 
     def add_along(self, link: int, start_s: float, end_s: float, count: int,
-                  service_at: Callable[[float], float]) -> None:
+                  service_at: Callable) -> None:
         """As :meth:`RateSegments.add_along`, cut at the bins' edges: each piece's bytes are what
-        ``service_at`` says moved in it, so a bin holds exactly what crossed the link in it."""
+        ``service_at`` (which takes an array of instants too) says moved in it, so a bin holds
+        exactly what crossed the link in it."""
         self._widen_to(end_s)
         width = self.bin_s
         first, last = int(start_s / width), math.ceil(end_s / width) - 1
         if last <= first:
             super().add_along(link, start_s, end_s, count, service_at)
             return
-        edges = [start_s, *(k * width for k in range(first + 1, last + 1)), end_s]
-        moved = [service_at(t) for t in edges]
-        for a, b, va, vb in zip(edges, edges[1:], moved, moved[1:]):
-            self.add(link, a, b, count * (vb - va), count * (b - a))
+        edges = np.concatenate(([start_s], np.arange(first + 1, last + 1) * width, [end_s]))
+        self.add_many(np.full(len(edges) - 1, link, dtype=np.int64), edges[:-1], edges[1:],
+                      count * np.diff(service_at(edges)), count * np.diff(edges))
 
     def add_many(self, links: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray,
                  flow_s: np.ndarray) -> None:
