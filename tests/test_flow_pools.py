@@ -140,3 +140,16 @@ def test_forty_workers_pushing_to_one_server_run_the_same_with_and_without_pools
     assert list(pooled["worker"]) == list(plain["worker"])
     assert list(pooled["staleness"]) == list(plain["staleness"])
     assert np.allclose(pooled["time_s"], plain["time_s"], rtol=1e-12, atol=0)
+
+
+def test_service_history_reads_recorded_points_exactly_and_forgets_only_what_no_interval_needs():
+    history = flow_pools.ServiceHistory(0.0)
+    for k in range(1, 3000):
+        history.append(float(k), 10.0 * k + (k % 7))
+    assert history.at(1234.0) == 10.0 * 1234 + 1234 % 7  # a recorded instant: its value
+    assert history.at(10.5) == pytest.approx((history.at(10.0) + history.at(11.0)) / 2)
+    assert list(history.at(np.array([2.0, 2.25]))) == [22.0, pytest.approx(22.0 + 0.25 * 11.0)]
+    assert history.due_for_trim
+    history.trim(2500.5)
+    assert history.size == 500 and history.at(2500.0) == 10.0 * 2500 + 2500 % 7
+    assert not history.due_for_trim  # next trim once it has doubled again
