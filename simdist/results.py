@@ -138,6 +138,8 @@ def build_manifest(result: RunResult, summary: dict[str, Any], files: list[str])
         # which collectives a measured table priced, and how: inside it, size or ranks extrapolated
         "collective_pricing": jsonable(result.extra.get("collective_pricing") or []),
         "collective_reduction": jsonable(result.extra.get("collective_reduction") or []),
+        # the allreduce schedule of calls that name none, and whose choice it is (scenario, platform, default)
+        "collective_schedule": jsonable(result.extra.get("collective_schedule")),
         # per-byte CPU of messages (LogGOPS O): measured (platform.messages) or the link kinds' own
         "message_copies": jsonable(result.extra.get("message_copies") or []),
         # the runtime's turn between two requests (platform.calls): charged with its source, or not

@@ -165,6 +165,10 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
 
 
 def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> None:
+    schedule = scenario.platform.collectives.schedule if scenario.platform.collectives else None
+    if schedule is not None and schedule not in COLLECTIVES:
+        raise InputError(f"unknown collective algorithm {schedule!r}; known: {', '.join(COLLECTIVES.names())}",
+                         source=source, field="platform.collectives.schedule")
     for i, table in enumerate(scenario.platform.collectives.tables if scenario.platform.collectives else []):
         if table.algorithm is not None and table.algorithm not in COLLECTIVES:
             raise InputError(f"unknown collective algorithm {table.algorithm!r}; known: {', '.join(COLLECTIVES.names())}",

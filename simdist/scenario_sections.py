@@ -138,7 +138,9 @@ class NetworkConfig(_Config):
     model: str = Field("max-min", description="network model (simdist list network-models)")
     collective_fidelity: Literal["analytic", "flows"] = Field(
         "analytic", description="analytic: closed-form alpha-beta per schedule; flows: every step as flows")
-    collective: str = Field("ring", description="default allreduce algorithm (simdist list collectives)")
+    collective: str | None = Field(None, description=(
+        "default allreduce algorithm (simdist list collectives); default: the platform's collectives.schedule "
+        "(the library it runs on), else ring"))
 
     @field_validator("model")
     @classmethod
@@ -149,8 +151,8 @@ class NetworkConfig(_Config):
 
     @field_validator("collective")
     @classmethod
-    def _collective_known(cls, value: str) -> str:
-        return COLLECTIVES.check(value)
+    def _collective_known(cls, value: str | None) -> str | None:
+        return None if value is None else COLLECTIVES.check(value)
 
 
 class ComputeConfig(_Config):

@@ -33,6 +33,7 @@ from .platform.link_usage import LinkUsage, link_series
 from .platform.stragglers import StragglerSchedule
 from .recorder import Recorder
 from .run_result import LinkStats, RankInfo, RunResult
+from .runtime.collectives import default_schedule
 from .runtime.sim import SimWorld
 from .scenario import Scenario
 from .training.data_loading import build_data_loading
@@ -101,11 +102,12 @@ class Simulation:
             stragglers=StragglerSchedule(scenario.compute.stragglers, scenario.seed) if scenario.compute.stragglers else None,
             optimizer_step_s=lambda device: self.op_costs.core_seconds(device, "update", params))
         self.recorder = Recorder()
+        schedule, self.schedule_basis = default_schedule(scenario.network.collective, self.platform.spec.collectives)
         self.world = SimWorld(self.platform, self.compute, self.recorder,
                               gradient_source=_gradient_source(self.workload, self.timing_only,
                                                                scenario.workload.loss_curve),
                               fidelity=scenario.network.collective_fidelity,
-                              default_collective=scenario.network.collective,
+                              default_collective=schedule,
                               network_model=scenario.network.model)
         if scenario.outputs.link_usage:
             self.world.network.usage = LinkUsage(len(self.platform.links), max_bins=scenario.outputs.link_usage_bins)
@@ -317,7 +319,7 @@ class Simulation:
                    "sent_bytes": sum(net.sent_bytes.values()), "received_bytes": sum(net.received_bytes.values()),
                    "events": self.events_processed, "faults": self._fault_figures(),
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
-                   "collective_reduction": self.world.reduction_basis(),
+                   "collective_reduction": self.world.reduction_basis(), "collective_schedule": self.schedule_basis,
                    "message_copies": self.platform.copies.basis(),
                    "runtime_calls": runtime_calls_basis(self.platform.spec.calls),
                    "execution": self.execution,

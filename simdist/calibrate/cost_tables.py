@@ -116,11 +116,12 @@ def table_from_sweep(document: dict[str, Any], command: str) -> dict[str, Any] |
                   f"({document.get('mpi_library', 'MPI')})")
 
 
-def collectives_section(tables: list[dict[str, Any]], reduce: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The overlay's ``collectives`` mapping, validated as the simulator will read it."""
+def collectives_section(tables: list[dict[str, Any]], fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The overlay's ``collectives`` mapping, validated as the simulator will read it: the tables
+    and ``fields`` (``reduce_bandwidth``, the library's ``schedule``, each with its source)."""
     section: dict[str, Any] = {"tables": tables}
-    if reduce:
-        section.update(reduce)
+    if fields:
+        section.update(fields)
     seen = {}
     for table in tables:
         key = (table["op"], table["ranks"], table.get("nodes"), table.get("algorithm"))

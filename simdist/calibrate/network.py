@@ -159,10 +159,24 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
     extra = {"measurement": {**sweep, "launched": document.get("command")},
              "allreduce_check": _allreduce_check(document, links)}
     table = table_from_sweep(document, command)
-    collectives = collectives_section([table] if table else [], reduce) if (table or reduce) else None
+    schedule = library_schedule(document.get("mpi_library"))
+    collectives = (collectives_section([table] if table else [], {**(reduce or {}), **schedule})
+                   if (table or reduce or schedule) else None)
     overlay = build_overlay(links, command=command, inputs=(), extra_provenance=extra, collectives=collectives)
     calls = calls_section(document)
     return overlay if calls is None else {"calls": calls, **overlay}
+
+
+def library_schedule(mpi_library: str | None) -> dict[str, str]:
+    """The platform's ``collectives.schedule`` for the MPI library a sweep ran on: MPICH's own
+    choice of allreduce algorithm by size (``mpich``) for MPICH itself; nothing for other
+    libraries, whose choices simdist does not model (their collectives are priced from the
+    measured tables, else a ring)."""
+    if not mpi_library or not mpi_library.startswith("MPICH Version"):
+        return {}
+    return {"schedule": "mpich",
+            "schedule_source": f"calibrate network ran on {' '.join(mpi_library.split())}: allreduce as MPICH's "
+                               "default selection runs it (src/mpi/coll/coll_selection.json)"}
 
 
 def calls_section(document: dict[str, Any]) -> dict[str, Any] | None:

@@ -143,11 +143,18 @@ class CollectiveCostSpec(_Frozen):
         "gamma: bytes/s at which a rank sums received data into its buffer at the collective's dtype "
         "(measured by calibrate network); default: the reduction is not charged where no table applies"))
     reduce_source: str = Field("", description="where reduce_bandwidth comes from")
+    schedule: str | None = Field(None, description=(
+        "the allreduce schedule the platform's communication library runs where no table applies (simdist list "
+        "collectives; e.g. mpich: MPICH's own choice by size), used when the scenario's network.collective names "
+        "none; calibrate network writes it from the library it measured (default: ring)"))
+    schedule_source: str = Field("", description="where schedule comes from")
 
     @model_validator(mode="after")
     def _sourced(self):
         if self.reduce_bandwidth is not None and not self.reduce_source:
             raise ValueError("reduce_bandwidth needs reduce_source: say where the figure comes from")
+        if self.schedule is not None and not self.schedule_source:
+            raise ValueError("schedule needs schedule_source: say which library runs it")
         seen: dict[tuple, int] = {}
         for i, table in enumerate(self.tables):
             key = (table.op, table.ranks, table.nodes, table.algorithm)

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..registry import Registry
 
 __all__ = ["Transfer", "Plan", "COLLECTIVES", "allreduce_plan", "broadcast_plan", "allgather_plan",
-           "barrier_plan", "FIDELITIES"]
+           "barrier_plan", "FIDELITIES", "default_schedule"]
 
 FIDELITIES = ("analytic", "flows")
 
@@ -114,6 +114,43 @@ def halving_doubling_allreduce(ranks: Sequence[int], nbytes: float, node_of: Nod
     return (tuple(steps),)
 
 
+@COLLECTIVES.register("recursive_doubling", "log2 n steps, each rank exchanging its whole buffer with rank i xor 2^k",
+                      citation="Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005 (MPICH's short-message allreduce)")
+def recursive_doubling_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
+    n = len(ranks)
+    if n < 2:
+        return ()
+    p = 1 << (n.bit_length() - 1)  # largest power of two <= n
+    extra = n - p
+    steps: list[Step] = []
+    if extra:  # fold the extra ranks into the first ones, and hand them the result at the end
+        steps.append(tuple(Transfer(ranks[p + i], ranks[i], nbytes, True) for i in range(extra)))
+    for k in range(int(math.log2(p))):
+        steps.append(tuple(Transfer(ranks[i], ranks[i ^ (1 << k)], nbytes, True) for i in range(p)))
+    if extra:
+        steps.append(tuple(Transfer(ranks[i], ranks[p + i], nbytes) for i in range(extra)))
+    return (tuple(steps),)
+
+
+MPICH_SHORT_ALLREDUCE_BYTES = 8  # avg_msg_size <= 8: recursive doubling (MPICH src/mpi/coll/coll_selection.json)
+MPICH_ELEMENT_BYTES = 4  # the count MPICH compares with the power of two: float32 elements
+
+
+@COLLECTIVES.register("mpich", "MPICH's own choice: recursive doubling for messages of at most 8 B or fewer "
+                               "elements than the largest power of two <= n, else halving-doubling "
+                               "(reduce-scatter + allgather)",
+                      citation="MPICH 4-5 default selection, src/mpi/coll/coll_selection.json (allreduce, intra); "
+                               "Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005")
+def mpich_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
+    """The schedule MPICH's default selection runs for an allreduce of a built-in operation
+    (a sum) over an intra-communicator: an MPI job on MPICH pays this one, not a ring."""
+    n = len(ranks)
+    pof2 = 1 << (n.bit_length() - 1) if n else 0
+    if nbytes <= MPICH_SHORT_ALLREDUCE_BYTES or nbytes < MPICH_ELEMENT_BYTES * pof2:
+        return recursive_doubling_allreduce(ranks, nbytes, node_of)
+    return halving_doubling_allreduce(ranks, nbytes, node_of)
+
+
 @COLLECTIVES.register("hierarchical", "node-local reduce to a leader, ring allreduce among leaders, local broadcast",
                       citation="Horovod hierarchical allreduce; Sergeev & Del Balso, arXiv:1802.05799, 2018")
 def hierarchical_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
@@ -160,3 +197,18 @@ def barrier_plan(ranks: Sequence[int]) -> Plan:
         steps.append(tuple(Transfer(ranks[i], ranks[(i + dist) % n], 0.0) for i in range(n)))
         dist *= 2
     return (tuple(steps),) if steps else ()
+
+
+def default_schedule(scenario_choice: str | None, platform_collectives: Any) -> tuple[str, dict[str, Any]]:
+    """(the allreduce schedule of calls that name none, why: for the run's manifest).
+
+    The scenario's ``network.collective`` if it names one; else the platform's
+    ``collectives.schedule`` — the library its collectives run on, which ``calibrate network``
+    records (an MPI job on MPICH runs MPICH's choice by size, not a ring); else ring."""
+    if scenario_choice is not None:
+        return scenario_choice, {"allreduce": scenario_choice, "basis": "network.collective of the scenario"}
+    schedule = getattr(platform_collectives, "schedule", None)
+    if schedule is not None:
+        return schedule, {"allreduce": schedule, "basis": "collectives.schedule of the platform",
+                          "source": platform_collectives.schedule_source}
+    return "ring", {"allreduce": "ring", "basis": "default: neither the scenario nor the platform names one"}
