@@ -14,6 +14,7 @@ from simdist.platform.op_costs import OpCostModel
 from simdist.platform.compute import ComputeModel, load_profiles
 from simdist.platform.topology import Platform
 from simdist.recorder import Recorder
+from simdist.runtime.collectives import default_schedule
 from simdist.runtime.sim import SimWorld
 from simdist.training.data import EpochSharder, ShardIterator
 from simdist.training.workload import build_workload
@@ -90,7 +91,8 @@ def wire_and_run(s, *, make_data=None):
         return workload.pending.submit(replica.params, x, y).result
 
     world = SimWorld(platform, compute, Recorder(), gradient_source=gradients,
-                     fidelity=s.network.collective_fidelity, default_collective=s.network.collective)
+                     fidelity=s.network.collective_fidelity,
+                     default_collective=default_schedule(s.network.collective, platform.spec.collectives)[0])
     sharder = EpochSharder(workload.dataset.train_size, s.worker_count, s.seed)
     batches = []
     ctx = AlgorithmContext(

@@ -4,7 +4,8 @@ Every step each worker computes g_i on its batch; an allreduce averages them,
 g = (1/N) Σ g_i; every worker applies the same optimizer step, so replicas stay identical
 and staleness is always 0. With equal batches this equals one worker with batch N·b.
 
-Options: ``collective`` (ring, tree, halving_doubling, hierarchical); ``overlap: backward``
+Options: ``collective`` (ring, tree, halving_doubling, recursive_doubling, hierarchical, mpich; default: the
+scenario's ``network.collective``, else the platform's library's, else ring); ``overlap: backward``
 allreduces gradients in buckets of ``bucket_bytes`` as backward produces them, last layer
 first (PyTorch DDP / Horovod tensor fusion); ``compression: fp16|bf16`` sends gradients in
 half precision (half the bytes; the sum is rounded to that precision, as NCCL's is).
@@ -48,7 +49,9 @@ class SyncConfig(AlgorithmConfig):
 
     name: Literal["sync"] = "sync"
     preset: Literal["horovod", "classic"] | None = Field(None, description="fill unset options from a named preset")
-    collective: str = Field("ring", description="allreduce algorithm (simdist list collectives)")
+    collective: str | None = Field(None, description=(
+        "allreduce algorithm (simdist list collectives); default: network.collective, else the platform's "
+        "collectives.schedule, else ring"))
     overlap: Literal["none", "backward"] = Field("none", description="allreduce buckets during backward")
     bucket_bytes: float = Field(25 * MiB, ge=0, description="bucket size for overlap, e.g. '25MiB'; 0 = one per tensor")
     compression: Literal["none", "fp16", "bf16"] = Field("none", description="gradient precision on the wire")
@@ -71,8 +74,8 @@ class SyncConfig(AlgorithmConfig):
 
     @field_validator("collective")
     @classmethod
-    def _collective_known(cls, value: str) -> str:
-        return COLLECTIVES.check(value)
+    def _collective_known(cls, value: str | None) -> str | None:
+        return None if value is None else COLLECTIVES.check(value)
 
 
 @dataclass(frozen=True)
