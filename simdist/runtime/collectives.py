@@ -91,45 +91,43 @@ def tree_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan
     return (tuple(up + down),)
 
 
-@COLLECTIVES.register("halving_doubling", "recursive halving reduce-scatter then recursive doubling allgather",
-                      citation="Rabenseifner, ICCS 2004; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005")
-def halving_doubling_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
+def _power_of_two_core(ranks: Sequence[int], nbytes: float, core: Callable[[int], list[Step]]) -> Plan:
+    """A schedule over the largest power of two p <= n ranks (``core(p)``: its steps over ranks[:p]),
+    the n − p extra ranks folded into the first ones before and handed the result after."""
     n = len(ranks)
     if n < 2:
         return ()
-    p = 1 << (n.bit_length() - 1)  # largest power of two <= n
+    p = 1 << (n.bit_length() - 1)
     extra = n - p
     steps: list[Step] = []
-    if extra:  # fold the extra ranks into the first ones
+    if extra:
         steps.append(tuple(Transfer(ranks[p + i], ranks[i], nbytes, True) for i in range(extra)))
-    rounds = int(math.log2(p))
-    for k in range(rounds):  # reduce-scatter: distance 1, 2, 4 ..., halving the data
-        dist, size = 1 << k, nbytes / (2 << k)
-        steps.append(tuple(Transfer(ranks[i], ranks[i ^ dist], size, True) for i in range(p)))
-    for k in reversed(range(rounds)):  # allgather: doubling the data back
-        dist, size = 1 << k, nbytes / (2 << k)
-        steps.append(tuple(Transfer(ranks[i], ranks[i ^ dist], size) for i in range(p)))
+    steps += core(p)
     if extra:
         steps.append(tuple(Transfer(ranks[i], ranks[p + i], nbytes) for i in range(extra)))
     return (tuple(steps),)
+
+
+@COLLECTIVES.register("halving_doubling", "recursive halving reduce-scatter then recursive doubling allgather",
+                      citation="Rabenseifner, ICCS 2004; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005")
+def halving_doubling_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
+    def core(p: int) -> list[Step]:
+        rounds = int(math.log2(p))
+        scatter = [tuple(Transfer(ranks[i], ranks[i ^ (1 << k)], nbytes / (2 << k), True) for i in range(p))
+                   for k in range(rounds)]  # distance 1, 2, 4 ..., halving the data
+        gather = [tuple(Transfer(ranks[i], ranks[i ^ (1 << k)], nbytes / (2 << k)) for i in range(p))
+                  for k in reversed(range(rounds))]  # doubling it back
+        return scatter + gather
+    return _power_of_two_core(ranks, nbytes, core)
 
 
 @COLLECTIVES.register("recursive_doubling", "log2 n steps, each rank exchanging its whole buffer with rank i xor 2^k",
                       citation="Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005 (MPICH's short-message allreduce)")
 def recursive_doubling_allreduce(ranks: Sequence[int], nbytes: float, node_of: NodeOf) -> Plan:
-    n = len(ranks)
-    if n < 2:
-        return ()
-    p = 1 << (n.bit_length() - 1)  # largest power of two <= n
-    extra = n - p
-    steps: list[Step] = []
-    if extra:  # fold the extra ranks into the first ones, and hand them the result at the end
-        steps.append(tuple(Transfer(ranks[p + i], ranks[i], nbytes, True) for i in range(extra)))
-    for k in range(int(math.log2(p))):
-        steps.append(tuple(Transfer(ranks[i], ranks[i ^ (1 << k)], nbytes, True) for i in range(p)))
-    if extra:
-        steps.append(tuple(Transfer(ranks[i], ranks[p + i], nbytes) for i in range(extra)))
-    return (tuple(steps),)
+    def core(p: int) -> list[Step]:
+        return [tuple(Transfer(ranks[i], ranks[i ^ (1 << k)], nbytes, True) for i in range(p))
+                for k in range(int(math.log2(p)))]
+    return _power_of_two_core(ranks, nbytes, core)
 
 
 MPICH_SHORT_ALLREDUCE_BYTES = 8  # avg_msg_size <= 8: recursive doubling (MPICH src/mpi/coll/coll_selection.json)
