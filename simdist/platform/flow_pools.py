@@ -217,9 +217,9 @@ class FlowPool:
         for flow in flows:
             flow.remaining = flow.v_end - self.service
             flow.rate_Bps, flow.updated_s, flow.pool, flow.finish_seq = self.rate, now, None, -1
-        for link in list(self.counts):
-            if usage is not None and self.count_since[link] < now:
-                usage.add_along(link, self.count_since[link], now, self.counts[link], self.service_at)
+        if usage is not None:
+            self._close_intervals(now, usage)
+        for link in self.counts:
             self._owner.pop(link, None)
         self.counts, self.count_since, self.flows, self._heap = {}, {}, {}, []
         return flows
@@ -227,11 +227,15 @@ class FlowPool:
     def close_usage(self, now: float, usage) -> None:
         """Close every link's usage interval at ``now`` (the end of a run); the counts go on."""
         self._advance(now)
+        self._close_intervals(now, usage)
+        self.trim_history()
+
+    def _close_intervals(self, now: float, usage) -> None:
+        """Hand ``usage`` every link's interval at its count up to ``now`` (advanced to it)."""
         for link, n in self.counts.items():
             if self.count_since[link] < now:
                 usage.add_along(link, self.count_since[link], now, n, self.service_at)
                 self.count_since[link] = now
-        self.trim_history()
 
     def trim_history(self) -> None:
         """Forget the history before the oldest open usage interval."""
@@ -242,7 +246,7 @@ class FlowPool:
 class PooledFlows:
     """The pools of a :class:`~.network.FlowNetwork` (see the module docstring)."""
 
-    def _init_pools(self, pool_min: int) -> None:
+    def _init_pools(self, pool_min: float) -> None:
         self.pool_min = pool_min
         self._pools: list[FlowPool] = []
         self._pool_of_link: dict[int, FlowPool] = {}

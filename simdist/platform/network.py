@@ -79,7 +79,7 @@ class FlowNetwork(LoneFlows, PooledFlows):
     """
 
     def __init__(self, env, links: Sequence[Link], *, lone_shortcut: bool = True, sharing: str | None = None,
-                 pools: bool = True, pool_min: int | None = None):
+                 pools: bool = True, pool_min: float | None = None):
         self.env = env
         self.sharing = sharing if sharing is not None else getattr(links, "sharing", "max-min")
         self._weight_of = SHARING_RULES.get(self.sharing)  # None: equal shares, the unweighted solver
@@ -103,7 +103,9 @@ class FlowNetwork(LoneFlows, PooledFlows):
         self.sent_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.received_bytes: dict[tuple[int, int], float] = defaultdict(float)
         self.solves = 0
-        self._init_pools(math.inf if not pools else flow_pools.POOL_MIN if pool_min is None else pool_min)
+        if not pools:
+            pool_min = math.inf
+        self._init_pools(flow_pools.POOL_MIN if pool_min is None else pool_min)
         # where link usage over time goes (a LinkUsage or UsageLog: link_usage.RateSegments); None: not kept
         self.usage = None
 
