@@ -246,19 +246,23 @@ def availability(effects: Sequence[Effect], load: Callable[[list[str]], object])
     return out
 
 
-def run_point(overrides: list[str], epochs: int) -> dict[str, float]:
-    """Simulate one point: epoch time, mean iteration time, wall seconds, and from its ledger the
-    mean step and the mean of a rank's own work in it (``step_s``, ``own_work_s``)."""
+def run_point(overrides: list[str], epochs: int, own_work: bool = False) -> dict[str, float]:
+    """Simulate one point: epoch time, mean iteration time, wall seconds, and (``own_work``: the
+    sync points, which the ceiling is read from) from its ledger the mean step and the mean of a
+    rank's own work in it (``step_s``, ``own_work_s``)."""
     scenario = load_scenario(SCENARIO, overrides)
     wall = time.perf_counter()
     result = simulate(scenario)
     wall = time.perf_counter() - wall
     if result.status != "completed":
         raise RuntimeError(f"{overrides}: run ended {result.status}")
-    summary = summarize(result)
-    ledger = ledger_table(spans_table(result))
-    return {"epoch_s": result.virtual_time_s / epochs, "iteration_s": summary["mean_iteration_s"], "wall_s": wall,
-            "step_s": float(ledger["step_s"].mean()), "own_work_s": float(ledger[list(OWN_WORK_PARTS)].sum(axis=1).mean())}
+    point = {"epoch_s": result.virtual_time_s / epochs, "iteration_s": summarize(result)["mean_iteration_s"],
+             "wall_s": wall}
+    if own_work:
+        ledger = ledger_table(spans_table(result))
+        point.update(step_s=float(ledger["step_s"].mean()),
+                     own_work_s=float(ledger[list(OWN_WORK_PARTS)].sum(axis=1).mean()))
+    return point
 
 
 def run_ablation(gpus: int, effects: Sequence[Effect], epochs: int, seed: int) -> dict[str, dict[str, dict]]:
@@ -268,7 +272,8 @@ def run_ablation(gpus: int, effects: Sequence[Effect], epochs: int, seed: int) -
     for label, state in ablation_states(names):
         table[label] = {}
         for variant in VARIANTS:
-            point = run_point(point_overrides(gpus, variant, state, effects, epochs, seed), epochs)
+            point = run_point(point_overrides(gpus, variant, state, effects, epochs, seed), epochs,
+                              own_work=variant.family == "sync")
             table[label][variant.name] = point
             print(f"  {gpus:>4} GPUs  {label:<24} {variant.name:<14} epoch {point['epoch_s']:8.3f} s  "
                   f"iteration {1e3 * point['iteration_s']:7.2f} ms  ({point['wall_s']:.1f} s wall)", flush=True)
@@ -298,7 +303,8 @@ def run_noise_sensitivity(gpus: int, effects: Sequence[Effect], epochs: int, see
         out[sigma] = {}
         for variant in VARIANTS[:2]:
             overrides = point_overrides(gpus, variant, state, effects, epochs, seed)
-            out[sigma][variant.name] = point = run_point(overrides + [f"compute.noise.rank_sigma={sigma}"], epochs)
+            out[sigma][variant.name] = point = run_point(overrides + [f"compute.noise.rank_sigma={sigma}"], epochs,
+                                                         own_work=variant.family == "sync")
             print(f"  {gpus:>4} GPUs  rank_sigma {sigma:<6} {variant.name:<14} epoch {point['epoch_s']:8.3f} s  "
                   f"({point['wall_s']:.1f} s wall)", flush=True)
     return out
