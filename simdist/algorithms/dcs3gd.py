@@ -19,7 +19,7 @@ with η_1 the optimizer's ``lr``), ``warmup_iterations`` (0) starting at
 ``warmup_start_fraction`` of η (default 1/N, i.e. η_1), ``decay`` (``linear`` to
 ``final_lr_fraction`` = 0 at ``decay_iterations``, default the run's length when
 ``stop.epochs`` is set, otherwise no decay), ``schedule_weight_decay`` (true: weight decay
-follows the same factor), ``collective`` (default: the scenario's ``network.collective``),
+follows the same factor), ``collective`` (default: the scenario's ``network.collective``, else the platform's library's),
 ``update_time_per_param`` (seconds per parameter charged for each update; default: each
 update's own arithmetic at the device's measured or estimated op costs
 (:mod:`simdist.platform.op_costs`): the optimizer step (``update``), the move to the
@@ -71,7 +71,8 @@ class Dcs3gdConfig(AlgorithmConfig):
                                 "iterations when stop.epochs is set; no decay otherwise)")
     final_lr_fraction: float = Field(0.0, ge=0, le=1, description="rate at the end of the decay / peak. Default 0")
     schedule_weight_decay: bool = Field(True, description="weight decay follows the learning-rate factor. Default true")
-    collective: str | None = Field(None, description="allreduce algorithm (default: network.collective)")
+    collective: str | None = Field(None, description=(
+        "allreduce algorithm (default: network.collective, else the platform's collectives.schedule, else ring)"))
     update_time_per_param: float | None = Field(
         None, ge=0, description="seconds per parameter charged for one update. Default: the device's 'update', "
                                 "'merge' and 'compensate' op costs")
