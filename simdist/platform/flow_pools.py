@@ -24,8 +24,10 @@ exceeded, the pool dissolves.
 
 **Link usage.** With a recorder on, the pool keeps ``V``'s history (a point where its rate
 changes) and each link's count since it last changed: a link with ``n_l`` pool flows over an
-interval carried ``n_l · (V(end) − V(start))`` bytes, handed to the recorder with the history
-(:meth:`~.link_usage.RateSegments.add_along`), which places them in its bins exactly.
+interval carried ``n_l · (V(end) − V(start))`` bytes. Closed intervals are collected and handed
+to the recorder in batches with the history (:meth:`~.link_usage.RateSegments.add_along_many`:
+``V`` read at every edge at once), which places them in its bins exactly; a pool hands what it
+holds before it trims its history, dissolves or is dropped, and at the run's end.
 
 :class:`PooledFlows` is a mixin of :class:`~.network.FlowNetwork`, beside
 :class:`~.lone_flows.LoneFlows`: it reads the network's ``env``, ``active``, ``_capacity``,
@@ -46,6 +48,7 @@ from .flow import Flow
 __all__ = ["FlowPool", "PooledFlows", "POOL_MIN"]
 
 POOL_MIN = 32  # flows in a component from which it may be pooled (below, the solver is as fast)
+_ALONG_BATCH = 1024  # closed usage intervals a pool holds before handing them to the recorder at once
 
 
 class ServiceHistory:
@@ -117,6 +120,7 @@ class FlowPool:
         self._heap: list[tuple[float, int, Flow]] = []
         self._seq = itertools.count()
         self.history = ServiceHistory(now) if keep_history else None
+        self._closed: list[float] = []  # usage intervals not yet handed over: (link, start, end, count) ...
 
     # -- virtual time ---------------------------------------------------------------------
 
@@ -176,7 +180,9 @@ class FlowPool:
         """Change ``link``'s pool-flow count, closing its usage interval at the old count."""
         old = self.counts.get(link, 0)
         if usage is not None and old and self.count_since[link] < now:
-            usage.add_along(link, self.count_since[link], now, old, self.service_at)
+            self._closed += (link, self.count_since[link], now, old)
+            if len(self._closed) >= 4 * _ALONG_BATCH:
+                self.hand_usage(usage)
         new = old + delta
         self.count_since[link] = now
         if new:
@@ -228,18 +234,29 @@ class FlowPool:
         """Close every link's usage interval at ``now`` (the end of a run); the counts go on."""
         self._advance(now)
         self._close_intervals(now, usage)
-        self.trim_history()
+        self.trim_history(usage)
 
     def _close_intervals(self, now: float, usage) -> None:
-        """Hand ``usage`` every link's interval at its count up to ``now`` (advanced to it)."""
+        """Hand ``usage`` every link's interval at its count up to ``now`` (advanced to it), and
+        the intervals closed before."""
         for link, n in self.counts.items():
             if self.count_since[link] < now:
-                usage.add_along(link, self.count_since[link], now, n, self.service_at)
+                self._closed += (link, self.count_since[link], now, n)
                 self.count_since[link] = now
+        self.hand_usage(usage)
 
-    def trim_history(self) -> None:
-        """Forget the history before the oldest open usage interval."""
+    def hand_usage(self, usage) -> None:
+        """The closed intervals to ``usage`` in one call (their service read from the history at once)."""
+        if self._closed:
+            closed = np.array(self._closed).reshape(-1, 4)
+            self._closed = []
+            usage.add_along_many(closed[:, 0].astype(np.int64), closed[:, 1], closed[:, 2], closed[:, 3],
+                                 self.service_at)
+
+    def trim_history(self, usage) -> None:
+        """Forget the history before the oldest open usage interval (the closed ones handed over first)."""
         if self.history is not None and self.history.due_for_trim:
+            self.hand_usage(usage)
             self.history.trim(min(self.count_since.values(), default=self.since))
 
 
@@ -276,11 +293,13 @@ class PooledFlows:
                 self._dissolve(pool, dirty)
         for pool in list(self._pools):
             if not pool.flows:
+                if usage is not None:
+                    pool.hand_usage(usage)  # its last flows' intervals
                 self._pools.remove(pool)
             elif pool.changed and not pool.fair():
                 self._dissolve(pool, dirty)
         for pool in self._pools:
-            pool.trim_history()
+            pool.trim_history(usage)
         owner = self._pool_of_link
         return {i: None for i in dirty if i not in owner}
 

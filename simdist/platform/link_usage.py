@@ -119,13 +119,13 @@ class RateSegments:
             flow_s: float) -> None:  # pragma: no cover - every recorder defines it
         raise NotImplementedError
 
-    def add_along(self, link: int, start_s: float, end_s: float, count: int,
-                  service_at: Callable[[float], float]) -> None:
-        """``count`` flows on ``link`` over ``[start_s, end_s]``, each having moved
-        ``service_at(t)`` bytes by ``t`` (a pool's service, :mod:`.flow_pools`). Here the totals;
-        :class:`LinkUsage` bins them exactly."""
+    def add_along_many(self, links: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, counts: np.ndarray,
+                       service_at: Callable[[np.ndarray], np.ndarray]) -> None:
+        """``counts[i]`` flows on ``links[i]`` over ``[start_s[i], end_s[i]]``, each having moved
+        ``service_at(t)`` bytes by ``t`` (a pool's service, :mod:`.flow_pools`; it reads arrays of
+        instants). Here the totals; :class:`LinkUsage` bins them exactly."""
         moved = service_at(end_s) - service_at(start_s)
-        self.add(link, start_s, end_s, count * moved, count * (end_s - start_s))
+        self.add_many(links, start_s, end_s, counts * moved, counts * (end_s - start_s))
 
     def close(self, now_s: float) -> None:
         """End every open interval at ``now_s``."""
@@ -194,20 +194,25 @@ class LinkUsage(RateSegments):
         if self._buffered >= _FLUSH_EVERY:
             self.flush()
 
-    def add_along(self, link: int, start_s: float, end_s: float, count: int,
-                  service_at: Callable) -> None:
-        """As :meth:`RateSegments.add_along`, cut at the bins' edges: each piece's bytes are what
-        ``service_at`` (which takes an array of instants too) says moved in it, so a bin holds
-        exactly what crossed the link in it."""
-        self._widen_to(end_s)
-        width = self.bin_s
-        first, last = int(start_s / width), math.ceil(end_s / width) - 1
-        if last <= first:
-            super().add_along(link, start_s, end_s, count, service_at)
+    def add_along_many(self, links: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, counts: np.ndarray,
+                       service_at: Callable[[np.ndarray], np.ndarray]) -> None:
+        """As :meth:`RateSegments.add_along_many`, each interval cut at the bins' edges: a piece's
+        bytes are what ``service_at`` says moved in it, so a bin holds exactly what crossed the
+        link in it. One ``service_at`` call for every piece of every interval."""
+        if not len(links):
             return
-        edges = np.concatenate(([start_s], np.arange(first + 1, last + 1) * width, [end_s]))
-        self.add_many(np.full(len(edges) - 1, link, dtype=np.int64), edges[:-1], edges[1:],
-                      count * np.diff(service_at(edges)), count * np.diff(edges))
+        self._widen_to(float(end_s.max()))
+        width = self.bin_s
+        first = (start_s / width).astype(np.int64)
+        last = np.maximum(np.ceil(end_s / width).astype(np.int64) - 1, first)
+        pieces = last - first + 1
+        index = np.repeat(np.arange(len(links)), pieces)
+        offset = np.arange(len(index)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        bins = first[index] + offset
+        lo = np.where(offset == 0, start_s[index], bins * width)
+        hi = np.where(bins == last[index], end_s[index], (bins + 1) * width)
+        count = counts[index]
+        self.add_many(links[index], lo, hi, count * (service_at(hi) - service_at(lo)), count * (hi - lo))
 
     def add_many(self, links: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray,
                  flow_s: np.ndarray) -> None:
