@@ -164,6 +164,9 @@ ADJUST: dict[str, Adjust] = {
         Adjust("a speed benchmark: dc-s3gd's and daso's lockstep lanes at 8 and 16 GPUs, 2 steps, one repeat",
                append=("--gpus", "8", "16", "--algorithm-steps", "2", "--algorithm-repeats", "1")),
     "python benchmarks/memory_1024.py": Adjust("3 steps of the 1,024-GPU run", append=("--steps", "3")),
+    "python benchmarks/event_floor.py": Adjust(
+        "a speed floor: the skeleton at 4 and 8 GPUs, simdist's events counted at 8, 2 units, one repeat",
+        append=("--gpus", "4", "8", "--units", "2", "--repeats", "1", "--count-at", "8")),
     "python benchmarks/daso_256gpu_90epochs.py": Adjust(
         "DASO's 90 epochs on 256 GPUs take seconds as written: 8 nodes, 2 epochs", append=("--nodes", "8", "--epochs", "2")),
     "python benchmarks/replay_overhead.py": Adjust(
