@@ -75,6 +75,40 @@ def test_each_bin_holds_exactly_the_overlap_of_every_interval(intervals, max_bin
     assert end <= max_bins * width and (end == 0 or width == 1e-6 or end > max_bins * width / 2)
 
 
+@PROPERTY
+@given(rates=st.lists(st.floats(0.0, 1e9), min_size=1, max_size=8),
+       intervals=st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 1.0), st.floats(0.0, 1.0),
+                                    st.integers(1, 5)), min_size=1, max_size=20),
+       max_bins=st.sampled_from([2, 8, 200]))
+def test_intervals_along_a_service_bin_as_their_constant_rate_pieces(rates, intervals, max_bins):
+    """A pool's intervals (count flows, each moving as a piecewise-linear service says) land in the
+    bins as the same bytes told piece by piece at each piece's constant rate."""
+    end = 1e-4
+    times = np.linspace(0.0, end, len(rates) + 1)
+    service = np.concatenate(([0.0], np.cumsum(np.diff(times) * np.array(rates))))
+
+    def service_at(t):
+        return np.interp(t, times, service)
+
+    links = np.array([link for link, *_ in intervals], dtype=np.int64)
+    lo = np.array([min(a, b) * end for _, a, b, _ in intervals])
+    hi = np.array([max(a, b) * end for _, a, b, _ in intervals])
+    counts = np.array([n for *_, n in intervals], dtype=float)
+    along = LinkUsage(3, max_bins=max_bins)
+    along.add_along_many(links, lo, hi, counts, service_at)
+    pieces = LinkUsage(3, max_bins=max_bins)
+    for link, a, b, n in zip(links, lo, hi, counts):
+        cuts = [a, *[t for t in times if a < t < b], b]  # the service's rate is constant between cuts
+        for t0, t1 in zip(cuts, cuts[1:]):
+            pieces.add(int(link), t0, t1, n * (service_at(t1) - service_at(t0)), n * (t1 - t0))
+    got, want = along.series(end), pieces.series(end)
+    assert along.bin_s == pieces.bin_s
+    totals = {(int(k), s): b for k, s, b in zip(want["link"], want["start_s"], want["bytes"])}
+    for k, s, b in zip(got["link"], got["start_s"], got["bytes"]):
+        assert b == pytest.approx(totals.pop((int(k), s), 0.0), rel=1e-9, abs=1e-3)
+    assert all(b == pytest.approx(0.0, abs=1e-3) for b in totals.values())
+
+
 def test_widening_keeps_every_total_and_the_last_bin_is_clipped_at_the_end():
     usage = LinkUsage(2, max_bins=4)
     usage.add(0, 0.0, 2e-6, 100.0, 2e-6)

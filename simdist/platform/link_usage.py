@@ -198,16 +198,14 @@ class LinkUsage(RateSegments):
                        service_at: Callable[[np.ndarray], np.ndarray]) -> None:
         """As :meth:`RateSegments.add_along_many`, each interval cut at the bins' edges: a piece's
         bytes are what ``service_at`` says moved in it, so a bin holds exactly what crossed the
-        link in it. One ``service_at`` call for every piece of every interval."""
+        link in it. ``service_at`` is called twice, for every piece's start and for its end."""
         if not len(links):
             return
         self._widen_to(float(end_s.max()))
         width = self.bin_s
         first = (start_s / width).astype(np.int64)
         last = np.maximum(np.ceil(end_s / width).astype(np.int64) - 1, first)
-        pieces = last - first + 1
-        index = np.repeat(np.arange(len(links)), pieces)
-        offset = np.arange(len(index)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        index, offset = _pieces(last - first + 1)
         bins = first[index] + offset
         lo = np.where(offset == 0, start_s[index], bins * width)
         hi = np.where(bins == last[index], end_s[index], (bins + 1) * width)
@@ -321,9 +319,7 @@ class LinkUsage(RateSegments):
         last = self.max_bins - 1
         first_bin = np.minimum((start / self.bin_s).astype(np.int64), last)
         last_bin = np.clip(np.ceil(end / self.bin_s).astype(np.int64) - 1, first_bin, last)
-        pieces = last_bin - first_bin + 1
-        index = np.repeat(np.arange(len(rows)), pieces)
-        offset = np.arange(len(index)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        index, offset = _pieces(last_bin - first_bin + 1)
         bins = first_bin[index] + offset
         lo = np.maximum(start[index], bins * self.bin_s)
         hi = np.minimum(end[index], (bins + 1) * self.bin_s)
@@ -332,6 +328,13 @@ class LinkUsage(RateSegments):
                          1.0)  # an instantaneous interval lands whole in its bin
         np.add.at(self._bytes, (rows[index], bins), nbytes[index] * share)
         np.add.at(self._flow_s, (rows[index], bins), flow_s[index] * share)
+
+
+def _pieces(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Interval ``i`` cut into ``counts[i]`` consecutive bins: for every piece, its interval's
+    index and its place among that interval's pieces (0 for the first)."""
+    index = np.repeat(np.arange(len(counts)), counts)
+    return index, np.arange(len(index)) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 def link_series(series: dict[str, np.ndarray], links: Sequence[Link]) -> dict[str, Any]:
