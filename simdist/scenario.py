@@ -164,15 +164,19 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | None = None, base_
     return scenario.model_copy(update={"algorithm": config.model_dump(mode="json")})
 
 
+def _check_collective(name: str | None, source: str | None, field: str) -> None:
+    """A platform's collective algorithm (None: unset) must be one simdist has."""
+    if name is not None and name not in COLLECTIVES:
+        raise InputError(f"unknown collective algorithm {name!r}; known: {', '.join(COLLECTIVES.names())}",
+                         source=source, field=field)
+
+
 def _check_cross_fields(scenario: Scenario, config: Any, source: str | None) -> None:
-    schedule = scenario.platform.collectives.schedule if scenario.platform.collectives else None
-    if schedule is not None and schedule not in COLLECTIVES:
-        raise InputError(f"unknown collective algorithm {schedule!r}; known: {', '.join(COLLECTIVES.names())}",
-                         source=source, field="platform.collectives.schedule")
-    for i, table in enumerate(scenario.platform.collectives.tables if scenario.platform.collectives else []):
-        if table.algorithm is not None and table.algorithm not in COLLECTIVES:
-            raise InputError(f"unknown collective algorithm {table.algorithm!r}; known: {', '.join(COLLECTIVES.names())}",
-                             source=source, field=f"platform.collectives.tables[{i}].algorithm")
+    collectives = scenario.platform.collectives
+    if collectives is not None:
+        _check_collective(collectives.schedule, source, "platform.collectives.schedule")
+        for i, table in enumerate(collectives.tables):
+            _check_collective(table.algorithm, source, f"platform.collectives.tables[{i}].algorithm")
     devices = scenario.platform.device_count
     if scenario.workers is not None and scenario.workers > devices:
         raise InputError(f"{scenario.workers} workers but the platform has only {devices} devices "
