@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from pathlib import Path
 
 import pandas as pd
@@ -169,9 +170,14 @@ class _FakeWorld:
         from simdist.real.runtime import CpuClock
 
         self.spin, self.cpu, self.late, self.polls = True, CpuClock(), late, 0
+        self.in_flight = 0  # how many more tests find a sent message still in flight
 
     def now(self) -> float:
         return 0.0
+
+    def sends_in_flight(self) -> bool:
+        self.in_flight = max(0, self.in_flight - 1)
+        return self.in_flight > 0
 
     def poll(self, rank, src, tag):
         from simdist.runtime.base import Message
@@ -276,3 +282,44 @@ def test_a_rank_sharing_its_core_sleeps_longer_the_longer_it_waits(monkeypatch):
     world.spin = False  # ranks outnumber cores: every wake-up takes the core from a computing rank
     MPIDriver(world).wait(RecvRequest(world, 0, 1, 0))
     assert slept == pytest.approx([50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1e-3, 1e-3, 1e-3])
+
+
+def test_a_rank_with_a_message_in_flight_keeps_its_sleeps_short(monkeypatch):
+    """Its receiver may need this rank's next MPI call to move the message (a rendezvous)."""
+    from simdist.real import driver
+    from simdist.real.driver import MPIDriver
+    from simdist.real.requests import RecvRequest
+
+    slept: list[float] = []
+    monkeypatch.setattr(driver.time, "sleep", slept.append)
+    world = _FakeWorld(late=8)
+    world.spin, world.in_flight = False, 4  # the message leaves at the fourth test
+    MPIDriver(world).wait(RecvRequest(world, 0, 1, 0))
+    assert slept == pytest.approx([50e-6, 50e-6, 50e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6])
+
+
+class _ProbingComm:
+    """An ``improbe`` that finds the message only on the call after ``progress_calls`` empty ones."""
+
+    def __init__(self, progress_calls: int):
+        self.calls, self.progress_calls = 0, progress_calls
+
+    def improbe(self, source, tag, status):
+        self.calls += 1
+        if self.calls <= self.progress_calls:
+            return None
+        return SimpleNamespace(recv=lambda: (("payload", {}), 0.0, 8))
+
+
+def test_a_probe_that_finds_nothing_probes_once_more_at_once():
+    """MPICH's probe makes progress and returns; what the progress delivered shows in the next probe."""
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+
+    from simdist.real.runtime import MPIWorld
+
+    world = SimpleNamespace(MPI=MPI, comm=_ProbingComm(progress_calls=1), now=lambda: 0.0)
+    message = MPIWorld.poll(world, 0, 1, 5)
+    assert message is not None and world.comm.calls == 2
+    world.comm = _ProbingComm(progress_calls=2)  # nothing there after two probes: None, no third probe
+    assert MPIWorld.poll(world, 0, 1, 5) is None and world.comm.calls == 2

@@ -5,7 +5,8 @@ back; blocking communication is recorded as ``wait`` (the awaited peer not there
 ``comm`` spans. Waiting is a test loop that also watches the control communicator, so that a
 rank can be told to stop while blocked; a rank with a core to itself spins for a while before
 it sleeps between tests, one sharing its cores sleeps at once and longer the longer it waits
-(the figures behind these choices: :mod:`simdist.real.runtime`).
+(the figures behind these choices: :mod:`simdist.real.runtime`), but not while a message it
+sent is still in flight: that one's receiver may wait on this rank's next call to move it.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ class MPIDriver:
                     self._check_stop()
                 if not world.spin or world.now() > spin_until:
                     time.sleep(sleep_s)
-                    if not world.spin:
+                    if world.sends_in_flight():  # the receiver may be waiting on this rank's next call
+                        sleep_s = _SLEEP_S
+                    elif not world.spin:
                         sleep_s = min(2.0 * sleep_s, _SLEEP_MAX_S)
         finally:
             if tests or not isinstance(request, RecvRequest):
