@@ -2,7 +2,7 @@
 
 :class:`~simdist.real.driver.MPIDriver` waits on them; :class:`~simdist.real.runtime.MPIRuntime`
 makes them. A forward/backward, a busy piece of work or an evaluation is done at the call
-(:class:`Done`, :class:`ComputeRequest`); a send at the call (its data copied); a receive once a
+(:class:`Done`, :class:`ComputeRequest`); a send completes once buffered; a receive once a
 matching message is there (a matched probe); a collective once every member has arrived and
 its data phase is over.
 """
@@ -58,11 +58,16 @@ class ComputeRequest(Request):
 
 
 class SendRequest(Request):
-    """A send on the ``pkl5`` communicator: complete at the call, its tensors copied (the world
-    keeps the MPI request until the data has left, :meth:`~.runtime.MPIWorld.sends_in_flight`)."""
+    """A buffered send on the ``pkl5`` communicator (its ``test()`` returns ``(done, value)``)."""
 
-    def __init__(self, started_s: float):
-        super().__init__("send", started_s, done=True)
+    def __init__(self, mpi_request, started_s: float):
+        super().__init__("send", started_s)
+        self._req = mpi_request
+
+    def test(self) -> bool:
+        if not self.done:
+            self.done = bool(self._req.test()[0])
+        return self.done
 
 
 class RecvRequest(Request):

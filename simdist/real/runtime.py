@@ -8,19 +8,19 @@ which turns each yielded request into MPI calls and records wall-clock spans int
 * ``compute`` fetches the batch's tensors out of the dataset (a ``data`` span) and runs the
   real forward/backward at the call, synchronously (its request is already complete when
   yielded; ``at_fraction`` therefore gives no overlap);
-* ``send``/``recv``/``poll`` are point-to-point messages on an mpi4py ``pkl5`` communicator,
-  tensors out of band, not pickled (:mod:`.wire`). A send copies its tensors and posts an
-  ``isend``; to the algorithm it is complete at the call, like a delivery into the
-  simulator's mailbox, so a sender never waits for its receiver (which may be inside a
-  blocking ``Create_group``). The receiving side takes messages with a matched probe.
-  MPI moves a message only inside MPI calls of *both* ranks: the receiver's probe finds it,
-  and above the eager limit the sender's next call sends the data (rendezvous). So a rank
-  with a message still in flight keeps testing it at the shortest sleep (see "Waiting"), and
-  a probe that finds nothing probes once more at once: MPICH's probe makes progress and then
-  returns, and what that progress delivered is seen by the next probe only (on this host a
-  first probe never saw a message that had arrived while its receiver slept). Together these
-  took a small message's one-way time, two ranks sleeping between tests, from 1.8 ms to
-  0.11 ms, and a 340 KB one's from 2.9 ms to 0.26 ms. A message carries its send time so a receive splits into ``wait`` (sender
+* ``send``/``recv``/``poll`` are point-to-point messages on an mpi4py ``pkl5`` communicator
+  (buffered ``ibsend``, so a send completes at the call like a delivery into the simulator's
+  mailbox; matched probe on the receiving side); tensors travel out of band, not pickled
+  (:mod:`.wire`). MPI moves a message only inside MPI calls of *both* ranks: the receiver's
+  probe finds it, and above the eager limit the sender's next call sends the data
+  (rendezvous; the buffered copy too). So after a send the rank posts ``MPI_Buffer_iflush``
+  (MPI 4.1; done once every buffered message has left) and, while that is not done, keeps
+  testing at the shortest sleep (see "Waiting"); and a probe that finds nothing probes once
+  more at once: MPICH's probe makes progress and returns, and what that progress delivered is
+  seen by the next probe only (on this host a first probe never saw a message that had
+  arrived while its receiver slept). Together these took a small message's one-way time, two
+  ranks sleeping between tests, from 1.8 ms to 0.12–0.14 ms, and a 340 KB one's from 2.9 ms
+  to 0.3 ms. A message carries its send time so a receive splits into ``wait`` (sender
   not there yet) and ``comm``; the receive's ``comm`` span records ``bytes``, ``src`` and
   ``sent_s``, and every send call is a non-blocking ``comm``/``send`` span (``bytes``,
   ``dst``), so that a pilot run's messages can calibrate the link (:mod:`.pilot`). The call
@@ -55,7 +55,8 @@ control communicator, so a rank can be told to stop (step limit reached elsewher
 worker done) while blocked. A rank with a core to itself spins for a while before it sleeps
 between tests; a rank sharing its cores with other ranks (ranks > cores) sleeps at once, and
 the longer it waits the longer it sleeps between tests (50 µs doubling up to 1 ms; back to
-50 µs while a message it sent is in flight), so waiting ranks leave the cores to the computing ones — what the simulator's processor sharing assumes.
+50 µs while a message it sent is in flight), so waiting ranks leave the cores to the computing
+ones — what the simulator's processor sharing assumes.
 Sleeping 50 µs at a time costs 12 % of a core and wakes the rank 6,000 times a second, each
 wake-up taking the core from its computing core-mate; a parameter server on a worker's core
 slowed that worker's forward/backwards by 27 % so. At 1 ms: 3 % and 900 wake-ups. A message
@@ -95,6 +96,7 @@ from .wire import pack, unpack
 __all__ = ["MPIWorld", "MPIRuntime", "CpuClock", "CTL_STOP", "CTL_DONE"]
 
 CTL_STOP, CTL_DONE = 1, 2
+BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are touched only when used)
 _PROGRESS_S = 1e-3  # how often outstanding non-blocking collectives are tested during a compute
 
 
@@ -154,9 +156,14 @@ class MPIWorld:
         self.stop_reason: str | None = None
         self.done_workers: set[int] = set()
         self._comms: dict[tuple[int, ...], Any] = {}
-        self._sends: list = []  # sends complete at the call for the algorithm; in MPI until their data left
+        self._sends: list = []  # fire-and-forget sends stay referenced until complete
+        self._flushes: list | None = []  # MPI_Buffer_iflush after each send: done once its data has left
         self._notices: list = []  # the same for control notices
         self._collectives: list = []
+        # buffered sends complete at the call, as the simulator's mailboxes do: a sender never waits for the
+        # receiver to post a receive (it may be inside a blocking Create_group: a deadlock with standard sends)
+        self._bsend_buffer = bytearray(BSEND_BUFFER_BYTES)
+        MPI.Attach_buffer(self._bsend_buffer)
         threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.progress = Progress(self, _PROGRESS_S) if threaded and progress else None
         # the library's own progress mode, before the clock starts; None when not probed
@@ -198,20 +205,28 @@ class MPIWorld:
             raise SimulationError(f"rank {self.rank} sends to rank {dst}, which does not exist")
         sent = self.now()
         nbytes = payload_nbytes(payload)
-        request = self.comm.isend((pack(payload, copy=True), sent, nbytes), dest=dst, tag=tag)
-        # the send call (packing, the copy of its tensors) is the sender's CPU (comm_cpu, LogGP's o_s)
+        request = self.comm.ibsend((pack(payload), sent, nbytes), dest=dst, tag=tag)
+        # the send call (packing, the copy into the buffer) is the sender's CPU (comm_cpu, LogGP's o_s)
         if record:
             posted = self.now()
             self.span("comm", OVERHEAD_SPAN, sent, posted)
             self.span("comm", "send", sent, posted, blocking=False, bytes=nbytes, dst=dst)
-        self.sends_in_flight()
+        self._sends = [r for r in self._sends if not r.test()[0]]
         self._sends.append(request)
-        return SendRequest(sent)
+        if self._flushes is not None:
+            try:
+                self._flushes.append(self.MPI.Iflush_buffer())
+            except NotImplementedError:  # an MPI before 4.1: in-flight sends cannot be seen
+                self._flushes = None
+        return SendRequest(request, sent)
 
     def sends_in_flight(self) -> bool:
-        """Whether a message this rank sent has not left yet (testing them makes MPI progress)."""
-        self._sends = [r for r in self._sends if not r.test()[0]]
-        return bool(self._sends)
+        """Whether a message this rank sent has not left the send buffer yet (testing makes MPI progress);
+        False where the library cannot tell (no ``MPI_Buffer_iflush``)."""
+        if not self._flushes:
+            return False
+        self._flushes = [r for r in self._flushes if not r.Test()]
+        return bool(self._flushes)
 
     def poll(self, rank: int, src: int, tag: int) -> Message | None:
         MPI = self.MPI

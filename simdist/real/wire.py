@@ -35,28 +35,29 @@ class WireTensor:
         return (WireTensor, (self.array, self.bfloat16))
 
     @classmethod
-    def of(cls, tensor: torch.Tensor, copy: bool = False) -> "WireTensor":
+    def of(cls, tensor: torch.Tensor) -> "WireTensor":
         t = tensor.detach().contiguous()
-        array = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
-        return cls(array.copy() if copy else array, t.dtype == torch.bfloat16)
+        if t.dtype == torch.bfloat16:
+            return cls(t.view(torch.int16).numpy(), True)
+        return cls(t.numpy())
 
     def tensor(self) -> torch.Tensor:
         t = torch.from_numpy(self.array)
         return t.view(torch.bfloat16) if self.bfloat16 else t
 
 
-def pack(obj: Any, copy: bool = False) -> Any:
+def pack(obj: Any) -> Any:
     """``obj`` with every CPU tensor in its dicts, lists and tuples replaced by a :class:`WireTensor`.
 
-    The arrays share memory with the tensors unless ``copy``: a non-blocking send that reads
-    them after the call needs copies, or the sender could change them before they leave.
+    The arrays share memory with the tensors: the send must copy them before they can change
+    (a buffered send does, at the call).
     """
     if isinstance(obj, torch.Tensor) and obj.device.type == "cpu" and not obj.requires_grad:
-        return WireTensor.of(obj, copy)
+        return WireTensor.of(obj)
     if type(obj) is dict:
-        return {key: pack(value, copy) for key, value in obj.items()}
+        return {key: pack(value) for key, value in obj.items()}
     if type(obj) in (list, tuple):
-        return type(obj)(pack(value, copy) for value in obj)
+        return type(obj)(pack(value) for value in obj)
     return obj
 
 
