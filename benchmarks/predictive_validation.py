@@ -16,7 +16,11 @@ microbenchmarks. This table calibrates the simulation from those alone:
   which the real runs communicate through; ``--network-path mpi`` times the MPI library's own
   calls instead; the overlay carries the link fit, ``messages`` (eager/rendezvous), the
   allreduce cost table ``collectives.tables`` and the host's reduction rate), written to
-  ``OUT/network/net-R.yaml``;
+  ``OUT/network/net-R.yaml``. Its calls "after compute" (the first send, receive and driver
+  turn after a forward/backward) are each timed right after one training step of the first
+  point's workload at that rank count (``--after-compute``, scenario
+  ``OUT/network/workload-R/scenario.yaml``); ``--cold-by write`` times them after a write of
+  twice the host's largest cache instead, as tables before 2026-11-29 evening did;
 * **compute**, per point, before its real run: ``simdist calibrate compute --scenario S.yaml``
   in a process of its own, which times exactly the point's model, dataset shape and optimizer
   at the batch sizes its algorithm runs (``OUT/<point>/profile.yaml``; the scenario it times is
@@ -166,6 +170,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--network-path", choices=("runtime", "mpi"), default="runtime",
                         help="calibrate network --path: runtime (default), simdist's MPI runtime, which the real "
                              "runs use; mpi, the MPI library's own calls")
+    parser.add_argument("--cold-by", choices=("step", "write"), default="step",
+                        help="calibrate network's calls after compute: right after a training step of the points' "
+                             "workload (default), or after writing twice the largest cache")
     parser.add_argument("--compute-noise", action="store_true",
                         help="simulate with compute.noise fitted by simdist calibrate noise to the compute "
                              "microbenchmark's own timed steps")
@@ -408,12 +415,26 @@ def _simdist(*words: str, timeout_s: float) -> subprocess.CompletedProcess:
     return done
 
 
-def calibrate_network(ranks: int, out: Path, budget_s: float, path_timed: str = "runtime") -> Path:
+def calibrate_network(ranks: int, out: Path, budget_s: float, path_timed: str = "runtime",
+                      after_compute: Path | None = None) -> Path:
+    """``simdist calibrate network`` at ``ranks``; ``after_compute``: the scenario whose training step
+    precedes each call timed "after compute" (else a write of twice the largest cache)."""
     path = out / "network" / f"net-{ranks}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
+    cold = [] if after_compute is None else ["--after-compute", str(after_compute)]
     _simdist("calibrate", "network", "--ranks", str(ranks), "--budget-s", f"{budget_s:g}", "--out", str(path),
-             "--path", path_timed, timeout_s=600)
+             "--path", path_timed, *cold, timeout_s=600)
     return path
+
+
+def network_workload(todo: Sequence[dict], ranks: int, args: argparse.Namespace, out: Path) -> Path | None:
+    """The scenario of the first point at ``ranks``, for calibrate network's calls after compute
+    (None with ``--cold-by write``)."""
+    if getattr(args, "cold_by", "step") == "write":
+        return None
+    p = next(p for p in todo if p["ranks"] == ranks)
+    return write_scenario(out / "network" / f"workload-{ranks}" / "scenario.yaml", ranks,
+                          point_overrides(p["widths"], args.steps, p["sets"]))
 
 
 def noise_override(profile: Path, out: Path) -> str:
@@ -607,7 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for ranks in sorted({p["ranks"] for p in todo}):
         if args.wait_idle:
             wait_idle(args.wait_idle)
-        overlays[ranks] = calibrate_network(ranks, out, args.network_budget_s, args.network_path)
+        overlays[ranks] = calibrate_network(ranks, out, args.network_budget_s, args.network_path,
+                                            network_workload(todo, ranks, args, out))
         print(f"# network overlay for {ranks} ranks: {overlays[ranks]}", flush=True)
     print(HEADER, flush=True)
     rows, workers = [], []

@@ -76,9 +76,13 @@ def _cmd_network(args: argparse.Namespace) -> int:
         sorted({int(option_size(s, "--sizes")) for s in args.sizes.split(",") if s.strip()})
     if sum(1 for s in sizes if s >= large) < 2:
         raise InputError(f"the sweep needs at least two sizes >= --large-from ({format_bytes(large)})", source="--sizes")
+    if args.after_compute is not None:  # checked here: a bad scenario is one line, not a failed mpiexec
+        from .compute_scenario import plan_scenario
+
+        plan_scenario(args.after_compute, "cpu")
     mpiexec = find_mpiexec()
     document = run_sweep(args.ranks, sizes, args.budget_s, args.batches, not args.no_allreduce, args.timeout_s,
-                         mpiexec, shlex.split(args.mpiexec_args or ""), path=args.path)
+                         mpiexec, shlex.split(args.mpiexec_args or ""), path=args.path, after_compute=args.after_compute)
     links = fit_sweep(document, large_message_bytes=large, intra_kind=args.intra_kind, nic_kind=args.nic_kind)
     overlay = network_overlay(document, links, calibrate_command(args, "network"), measure_reduce_bandwidth())
     write_overlay(args.out, overlay)
@@ -312,6 +316,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
         "what is timed: mpi (default), the MPI library's own calls; runtime, simdist's MPI runtime (pickled "
         "sends, the arrival agreement before a collective, the driver's waiting), to predict runs of simdist "
         "validate"))
+    network.add_argument("--after-compute", metavar="SCENARIO", help=(
+        "time the calls 'after compute' (send/receive overheads, the runtime's turn) each right after one training "
+        "step of this scenario's workload on the CPU, as in its runs; default: after writing twice the largest "
+        "CPU cache, a bound that is far colder than a small model's step on a host with a large L3"))
     network.set_defaults(func=_cmd_network)
 
     trace = sub.add_parser("trace", help="parse nccl-tests/OSU/PyTorch-profiler/simdist files; fit; write an overlay")

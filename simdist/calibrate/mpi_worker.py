@@ -79,32 +79,54 @@ def _overheads(comm, peer: int, count: int = 2000, size: int = 8,
                           count=count, size=size, tag=_TAG + 3, before_each=before_each)
 
 
-def _cold_overheads(overheads_of, peer: int) -> dict[str, Any] | None:
-    """The overheads of small messages again, each call with cold caches (a
-    :func:`.sweep_timing.cache_evictor` runs before it on both ranks): in a training step the
-    first message call after the forward/backward finds the caches full of the step's data, so
-    the library's code and state come from memory (the overlay's ``*_overhead_after_compute``)."""
-    evicted = cache_flush_bytes()
-    cold = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=cache_evictor(evicted))
-    return None if cold is None else {**cold, "evicted_bytes": evicted}
+def cold_state(after_compute: str | None) -> tuple[Callable[[], None], dict[str, Any]]:
+    """What runs, untimed, before each call timed with cold caches, and how the document says so.
+
+    In a training step the first call after the forward/backward finds the caches full of the
+    step's data. With ``after_compute`` (a scenario file) that is what runs: one forward,
+    backward and optimizer step of the scenario's workload at its batch size, on the CPU.
+    Without, a :func:`.sweep_timing.cache_evictor` writes twice the largest cache the OS
+    reports: a bound, colder than a small model's step leaves a host with a large L3.
+    """
+    if after_compute is None:
+        evicted = cache_flush_bytes()
+        return cache_evictor(evicted), {"evicted_bytes": evicted}
+    import torch
+
+    from .compute_scenario import plan_scenario
+    from .timed_steps import cpu_training_step
+
+    torch.set_num_threads(1)
+    target = plan_scenario(after_compute, "cpu")
+    step = cpu_training_step(target.workload, target.scenario.workload.batch_size)
+    step()  # the first step allocates what the others reuse
+    return step, {"after_compute": target.scenario.name, "batch_size": int(target.scenario.workload.batch_size)}
+
+
+def _cold_overheads(overheads_of, peer: int, cold: tuple[Callable[[], None], dict[str, Any]]) -> dict[str, Any] | None:
+    """The overheads of small messages again, each call with cold caches (``cold``'s call runs
+    before it on both ranks, :func:`cold_state`): the library's code and state then come from
+    memory (the overlay's ``*_overhead_after_compute``)."""
+    before_each, described = cold
+    timed = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=before_each)
+    return None if timed is None else {**timed, **described}
 
 
 CALL_TURNS, COLD_CALL_TURNS = 2000, 64  # driver turns timed with warm caches, and each after a cache flush
 
 
-def _calls(calls_of, comm) -> dict[str, Any] | None:
+def _calls(calls_of, comm, cold: tuple[Callable[[], None], dict[str, Any]]) -> dict[str, Any] | None:
     """The runtime driver's turn between two requests on rank 0 (the platform's ``calls``), warm
-    and each after a :func:`.sweep_timing.cache_evictor` (as right after a forward/backward),
+    and each after ``cold``'s call (as right after a forward/backward, :func:`cold_state`),
     while the other ranks wait; None on them. Last in the sweep: a driver that ends announces
     its rank done to the others."""
     timed = None
     if comm.Get_rank() == 0:
-        evicted = cache_flush_bytes()
+        before_each, described = cold
         warm = calls_of(CALL_TURNS)
-        cold = calls_of(COLD_CALL_TURNS, cache_evictor(evicted))
+        after = calls_of(COLD_CALL_TURNS, before_each)
         timed = {"overhead_s": warm["overhead_s"], "turns": warm["turns"],
-                 "overhead_after_compute_s": cold["overhead_s"], "cold_turns": cold["turns"],
-                 "evicted_bytes": evicted}
+                 "overhead_after_compute_s": after["overhead_s"], "cold_turns": after["turns"], **described}
     quiet_barrier(comm)
     return timed
 
@@ -173,6 +195,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
     parser.add_argument("--path", choices=("mpi", "runtime"), default="mpi",
                         help="mpi: the MPI library's calls; runtime: simdist's MPI runtime (simdist.calibrate.runtime_sweep)")
+    parser.add_argument("--after-compute", help="scenario file: calls timed with cold caches follow one training "
+                                                "step of its workload (default: a write of twice the largest cache)")
     return parser.parse_args(argv)
 
 
@@ -186,19 +210,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
     started = time.perf_counter()
     pingpong_of, overheads_of, allreduce_of, calls_of = _operations(comm, args.path)
+    cold_calls = cold_state(args.after_compute)
     pingpong = {}
     for link_class, peer in _peers(hosts).items():
         if rank in (0, peer):
             rows = pingpong_of(peer, sizes, args.budget_s, args.batches)
             overheads = overheads_of(peer)
             large = overheads_of(peer, count=PER_BYTE_MESSAGES, size=PER_BYTE_SIZE)  # LogGOPS O: the slope
-            cold = _cold_overheads(overheads_of, peer)  # o_s, o_r of the first call after compute
+            cold = _cold_overheads(overheads_of, peer, cold_calls)  # o_s, o_r of the first call after compute
             if rank == 0:
                 overheads["large"], overheads["cold"] = large, cold
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
-    calls = None if calls_of is None else _calls(calls_of, comm)
+    calls = None if calls_of is None else _calls(calls_of, comm, cold_calls)
     if rank == 0:
         document = {"ranks": size, "hosts": hosts, "path": args.path,
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],

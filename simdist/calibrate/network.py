@@ -43,7 +43,7 @@ from ..errors import InputError
 from .collective_fit import CollectiveFit
 from .cost_tables import collectives_section, table_from_sweep
 from .mpi_worker import DEFAULT_SIZES
-from .overlay import LinkFit, apply_overheads, build_overlay, columns, fit_p2p_link, per_size_table
+from .overlay import LinkFit, apply_overheads, build_overlay, cold_words, columns, fit_p2p_link, per_size_table
 
 __all__ = ["find_mpiexec", "run_sweep", "fit_sweep", "network_overlay", "measure_reduce_bandwidth"]
 
@@ -66,15 +66,17 @@ def find_mpiexec() -> str:
 
 def run_sweep(ranks: int = 2, sizes: Sequence[int] = DEFAULT_SIZES, budget_s: float = 0.25, batches: int = 7,
               allreduce: bool = True, timeout_s: float = 300.0, mpiexec: str | None = None,
-              extra_args: Sequence[str] = (), path: str = "mpi") -> dict[str, Any]:
+              extra_args: Sequence[str] = (), path: str = "mpi", after_compute: str | None = None) -> dict[str, Any]:
     """Run the MPI worker on ``ranks`` processes and return its JSON document. ``path``: ``mpi`` times
-    the library's calls, ``runtime`` simdist's MPI runtime (:mod:`.runtime_sweep`)."""
+    the library's calls, ``runtime`` simdist's MPI runtime (:mod:`.runtime_sweep`); ``after_compute``:
+    a scenario whose training step precedes each call timed with cold caches (:func:`.mpi_worker.cold_state`)."""
     launcher = mpiexec or find_mpiexec()
     with tempfile.TemporaryDirectory(prefix="simdist-net-") as tmp:
         out = Path(tmp) / "sweep.json"
         command = [launcher, *extra_args, "-n", str(ranks), sys.executable, "-m", "simdist.calibrate.mpi_worker",
                    "--out", str(out), "--sizes", ",".join(str(int(s)) for s in sizes), "--budget-s", str(budget_s),
-                   "--batches", str(batches), "--path", path] + ([] if allreduce else ["--no-allreduce"])
+                   "--batches", str(batches), "--path", path] + ([] if allreduce else ["--no-allreduce"]) + \
+                  ([] if after_compute is None else ["--after-compute", str(after_compute)])
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -187,5 +189,4 @@ def calls_section(document: dict[str, Any]) -> dict[str, Any] | None:
     return {"overhead": float(calls["overhead_s"]), "overhead_after_compute": float(calls["overhead_after_compute_s"]),
             "source": (f"simdist's MPI runtime driver on rank 0 ({document.get('mpi_library', 'MPI')}): median turn "
                        f"between two requests of no work over {calls['turns']} turns (overhead), and over "
-                       f"{calls['cold_turns']} turns each after {int(calls['evicted_bytes']) >> 20} MiB were written "
-                       "(overhead_after_compute, caches cold)")}
+                       f"{calls['cold_turns']} turns each {cold_words(calls)} (overhead_after_compute)")}

@@ -140,6 +140,14 @@ def messages_from_pingpong(piecewise: PiecewiseAlphaBetaFit, link: LinkFit) -> d
                       f"minus the intercept of the regime {int(eager.from_bytes)} - {int(eager.to_bytes)} B"}
 
 
+def cold_words(cold: dict[str, Any]) -> str:
+    """How a sweep's calls timed with cold caches were made cold (:func:`.mpi_worker.cold_state`)."""
+    if "after_compute" in cold:
+        return (f"right after a training step of the workload of scenario {cold['after_compute']} "
+                f"(batch {cold['batch_size']}, caches as the step left them)")
+    return f"after {int(cold['evicted_bytes']) >> 20} MiB were written (caches cold)"
+
+
 def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
     """Split measured LogP overheads out of ``link``'s latency into its ``messages``.
 
@@ -164,8 +172,7 @@ def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
             messages.update(send_overhead_after_compute=float(cold["send_overhead_s"]),
                             recv_overhead_after_compute=float(cold["recv_overhead_s"]))
             measured += (f"; after compute (send_overhead_after_compute, recv_overhead_after_compute): the medians "
-                         f"of {cold['messages']} calls of {cold['size_bytes']} B, each after "
-                         f"{cold['evicted_bytes'] >> 20} MiB were written (caches cold)")
+                         f"of {cold['messages']} calls of {cold['size_bytes']} B, each {cold_words(cold)}")
     else:  # the CPU time overlaps the transfer on this transport: splitting it out would overcharge
         link.basis += (f"; the measured overheads (o_s {o_s:.3g} s + o_r {o_r:.3g} s) are not below the eager "
                        "intercept, so they overlap the transfer here and stay in the latency")
