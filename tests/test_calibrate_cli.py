@@ -199,6 +199,11 @@ def test_network_through_the_runtime_times_what_a_real_run_pays(tmp_path, capsys
     calls = {path: yaml.safe_load(file.read_text()).get("calls") for path, file in out.items()}
     assert calls["mpi"] is None
     assert 0 < calls["runtime"]["overhead"] < calls["runtime"]["overhead_after_compute"]
+    # how the runtime waits (test, sleep, test): its constants and the host's sleep overshoot; the library's path
+    # waits inside MPI and has none
+    loop = messages["wait_loop"]
+    assert (loop["first_sleep"], loop["max_sleep"]) == (50e-6, 1e-3) and loop["sleep_overshoot"] >= 0
+    assert "wait_loop" not in (yaml.safe_load(out["mpi"].read_text()).get("messages") or {})
 
 
 def test_network_path_must_be_known(capsys, tmp_path):
@@ -212,6 +217,25 @@ def test_network_argument_errors(capsys, tmp_path):
     assert "--ranks" in capsys.readouterr().err
     assert main(["calibrate", "network", "--sizes", "1,2,4", "--out", str(tmp_path / "x.yaml")]) == 2
     assert "at least two sizes >= --large-from" in capsys.readouterr().err
+    missing = tmp_path / "nope.yaml"
+    assert main(["calibrate", "network", "--after-compute", str(missing), "--out", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(missing) in err and "not found" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.yaml").exists()  # checked before anything runs or is written
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="needs mpiexec on PATH and mpi4py (pip install 'simdist[mpi]')")
+def test_network_times_the_calls_after_compute_right_after_the_scenarios_training_step(tmp_path, capsys):
+    out = tmp_path / "net.yaml"
+    assert main(["calibrate", "network", "--ranks", "2", "--sizes", "0,1KiB,64KiB,1MiB", "--budget-s", "0.02",
+                 "--batches", "2", "--no-allreduce", "--path", "runtime", "--after-compute",
+                 "scenarios/quickstart.yaml", "--out", str(out)]) == 0
+    capsys.readouterr()
+    overlay = yaml.safe_load(out.read_text())
+    assert overlay["messages"]["send_overhead_after_compute"] > 0
+    said = "right after a training step of the workload of scenario quickstart (batch 32"
+    assert said in overlay["messages"]["source"] and said in overlay["calls"]["source"]
+    assert "--after-compute scenarios/quickstart.yaml" in overlay["provenance"]["generated_by"]
 
 
 def test_cpu_share_handler(tmp_path, capsys):

@@ -114,6 +114,27 @@ def test_the_overlay_writes_the_cold_calls_as_the_overheads_after_compute():
     assert link.latency_s == pytest.approx(1e-3 - 30e-6)
 
 
+def test_the_overlay_says_when_the_cold_calls_followed_a_training_step():
+    link = _link()
+    small = {"send_overhead_s": 20e-6, "recv_overhead_s": 10e-6, "gap_s": 30e-6, "size_bytes": 8, "messages": 2000}
+    cold = {"send_overhead_s": 90e-6, "recv_overhead_s": 70e-6, "size_bytes": 8, "messages": 64,
+            "after_compute": "quickstart", "batch_size": 32}
+    apply_overheads(link, {**small, "cold": cold})
+    assert link.messages["send_overhead_after_compute"] == 90e-6
+    assert "each right after a training step of the workload of scenario quickstart (batch 32" in link.messages["source"]
+    assert "MiB were written" not in link.messages["source"]
+
+
+def test_cold_calls_follow_the_scenarios_training_step_or_else_a_cache_sized_write():
+    from simdist.calibrate.mpi_worker import cold_state
+
+    step, said = cold_state("scenarios/quickstart.yaml")
+    assert said == {"after_compute": "quickstart", "batch_size": 32}
+    step()  # one forward, backward and optimizer step of that workload
+    _evict, said = cold_state(None)  # not run here: it writes up to 1 GiB
+    assert said == {"evicted_bytes": cache_flush_bytes()}
+
+
 def test_the_cache_evictor_writes_twice_the_largest_cache_sysfs_reports(tmp_path):
     for index, size in enumerate(["48K", "32K", "1024K", "32768K"]):
         folder = tmp_path / f"index{index}"

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from helpers import load_benchmark
+from simdist.scenario import load_scenario
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +212,22 @@ def test_the_network_is_calibrated_through_the_path_asked_for(pv, tmp_path, monk
     (words,) = calls
     assert words[:2] == ("calibrate", "network") and words[words.index("--path") + 1] == "runtime"
     assert words[words.index("--ranks") + 1] == "4"
+    assert "--after-compute" not in words
+
+
+def test_the_calls_after_compute_are_timed_after_a_step_of_the_first_points_workload(pv, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(pv, "_simdist", lambda *words, timeout_s: calls.append(words))
+    args = pv.parse_args(["--models", "256x256", "--algorithms", "asgd,sync", "--ranks", "4"])
+    todo = pv.points(args.algorithm_list, args.rank_list, args.model_list)
+    workload = pv.network_workload(todo, 4, args, tmp_path)
+    assert workload == tmp_path / "network" / "workload-4" / "scenario.yaml" and workload.is_file()
+    scenario = load_scenario(workload)  # the first point's: its model and 4 ranks on one node
+    assert scenario.workload.model.options["hidden"] == [256, 256] and scenario.platform.node.devices == 4
+    pv.calibrate_network(4, tmp_path, 0.1, "runtime", workload)
+    (words,) = calls
+    assert words[words.index("--after-compute") + 1] == str(workload)
+    assert pv.network_workload(todo, 4, pv.parse_args(["--cold-by", "write"]), tmp_path) is None
 
 
 def _ledger(path: Path, forward_backward_s: float, update_s: float) -> None:

@@ -91,12 +91,9 @@ def cold_state(after_compute: str | None) -> tuple[Callable[[], None], dict[str,
     if after_compute is None:
         evicted = cache_flush_bytes()
         return cache_evictor(evicted), {"evicted_bytes": evicted}
-    import torch
-
-    from .compute_scenario import plan_scenario
+    from .compute_scenario import plan_scenario  # imports torch: only when asked for (one thread: OMP_NUM_THREADS)
     from .timed_steps import cpu_training_step
 
-    torch.set_num_threads(1)
     target = plan_scenario(after_compute, "cpu")
     step = cpu_training_step(target.workload, target.scenario.workload.batch_size)
     step()  # the first step allocates what the others reuse
@@ -224,11 +221,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
     calls = None if calls_of is None else _calls(calls_of, comm, cold_calls)
+    if rank == 0 and args.path == "runtime":
+        from .runtime_sweep import measure_wait_loop
+
+        wait_loop = measure_wait_loop()
     if rank == 0:
         document = {"ranks": size, "hosts": hosts, "path": args.path,
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
                     "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce, "calls": calls,
+                    "wait_loop": wait_loop if args.path == "runtime" else None,
                     "elapsed_s": time.perf_counter() - started}
         with open(args.out, "w") as fh:
             json.dump(document, fh, indent=1)

@@ -43,6 +43,7 @@ from ..errors import InputError
 from .collective_fit import CollectiveFit
 from .cost_tables import collectives_section, table_from_sweep
 from .mpi_worker import DEFAULT_SIZES
+from .runtime_sweep import wait_loop_section
 from .overlay import LinkFit, apply_overheads, build_overlay, cold_words, columns, fit_p2p_link, per_size_table
 
 __all__ = ["find_mpiexec", "run_sweep", "fit_sweep", "network_overlay", "measure_reduce_bandwidth"]
@@ -165,6 +166,9 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
     collectives = (collectives_section([table] if table else [], {**(reduce or {}), **schedule})
                    if (table or reduce or schedule) else None)
     overlay = build_overlay(links, command=command, inputs=(), extra_provenance=extra, collectives=collectives)
+    loop = wait_loop_section(document)
+    if loop is not None:
+        overlay["messages"] = {**overlay.get("messages", {}), "wait_loop": loop}
     calls = calls_section(document)
     return overlay if calls is None else {"calls": calls, **overlay}
 

@@ -150,3 +150,32 @@ class RuntimePath:
 
 def _nothing() -> None:
     return None
+
+
+OVERSHOOT_SLEEPS = 200  # sleeps timed for the host's overshoot
+
+
+def measure_wait_loop(sleeps: int = OVERSHOOT_SLEEPS) -> dict[str, float]:
+    """The runtime's waiting loop (:mod:`simdist.real.driver`'s constants) and how much longer than
+    asked its first sleep lasts on this host (the median of ``sleeps``)."""
+    from ..real import driver
+
+    late = []
+    for _ in range(sleeps):
+        start = time.perf_counter()
+        time.sleep(driver._SLEEP_S)
+        late.append(time.perf_counter() - start - driver._SLEEP_S)
+    return {"first_sleep_s": driver._SLEEP_S, "max_sleep_s": driver._SLEEP_MAX_S, "spin_s": driver._SPIN_S,
+            "sleep_overshoot_s": max(0.0, float(np.median(late))), "sleeps": sleeps}
+
+
+def wait_loop_section(document: dict[str, Any]) -> dict[str, Any] | None:
+    """``messages.wait_loop`` from a runtime-path sweep's measured loop (None without one)."""
+    loop = document.get("wait_loop")
+    if not loop:
+        return None
+    return {"first_sleep": loop["first_sleep_s"], "max_sleep": loop["max_sleep_s"], "spin": loop["spin_s"],
+            "sleep_overshoot": loop["sleep_overshoot_s"],
+            "source": (f"simdist's MPI runtime waiting loop (simdist/real/driver.py: first sleep, doubling to the "
+                       f"longest where ranks share cores, spin where a rank has a core); overshoot: the median of "
+                       f"{loop['sleeps']} sleeps of the first length on rank 0, less that length")}

@@ -166,6 +166,22 @@ class CollectiveCostSpec(_Frozen):
         return self
 
 
+class WaitLoopSpec(_Frozen):
+    """How a real run's ranks wait for a message: test, sleep, test again (:mod:`simdist.runtime.wait_loop`)."""
+
+    first_sleep: LatencySeconds = Field(description="first sleep between two tests, e.g. '50us'")
+    max_sleep: LatencySeconds = Field(description="longest sleep: a rank sharing its cores doubles its sleep up to it")
+    sleep_overshoot: LatencySeconds = Field(0.0, description="how much longer than asked a sleep lasts on the host")
+    spin: LatencySeconds = Field(0.0, description="how long a rank with a core to itself tests without sleeping")
+    source: str = Field(description="where the loop and the overshoot come from")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not 0 < self.first_sleep <= self.max_sleep:
+            raise ValueError("wait_loop: first_sleep must be > 0 and at most max_sleep")
+        return self
+
+
 class MessageCostSpec(_Frozen):
     """LogGP costs of one point-to-point message, on top of the links' latency and bandwidth.
 
@@ -197,6 +213,9 @@ class MessageCostSpec(_Frozen):
         "largest message sent eagerly; larger ones pay rendezvous_latency first (default: all eager)"))
     rendezvous_latency: LatencySeconds = Field(0.0, description=(
         "extra time of the rendezvous handshake (request-to-send, clear-to-send) above eager_limit"))
+    wait_loop: WaitLoopSpec | None = Field(None, description=(
+        "how a real run's blocked receive waits (tests with sleeps between): the receive is done at the first test "
+        "after its message lands (calibrate network --path runtime writes it); default: at once"))
     source: str = Field("", description="where these figures come from")
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from ..platform.cost_spec import MessageCostSpec
 from .base import ANY, Message
 from .payloads import sent_copy
 from .requests import ReadyReceive, Request, SendRequest
+from .wait_loop import ReceiveWakeups, WaitLoop
 
 __all__ = ["MessageExecution"]
 
@@ -52,6 +53,23 @@ class MessageExecution:
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
         # ranks whose last work was a forward/backward: their next message call runs with cold caches
         self._after_compute: set[int] = set()
+        self._wakeups = self._receive_wakeups()
+
+    def _receive_wakeups(self) -> ReceiveWakeups | None:
+        """When blocked receives notice their messages (``platform.messages.wait_loop``), or None: at once."""
+        loop = self.message_costs.wait_loop if self.message_costs is not None else None
+        if loop is None:
+            return None
+        spec, sleepers = self.platform.spec, set()
+        for n in range(spec.nodes):
+            node, first = spec.node_at(n), spec.first_rank(n)
+            sets = [] if not node.shares_cores else [(node.cores, range(node.devices))] if node.core_sets is None \
+                else [(core_set.cores, core_set.devices) for core_set in node.core_sets]
+            for cores, local_ranks in sets:
+                if len(local_ranks) > cores:  # more ranks than cores: the runtime sleeps from the start
+                    sleepers.update(first + r for r in local_ranks)
+        return ReceiveWakeups(WaitLoop(loop.first_sleep, loop.max_sleep, loop.sleep_overshoot, loop.spin), sleepers,
+                              self.message_costs.eager_limit)
 
     def send(self, src: int, dst: int, payload: Any, tag: int = 0, *, handover: bool = False) -> Request:
         if not 0 <= dst < self.platform.size:
@@ -66,6 +84,9 @@ class MessageExecution:
         def deliver() -> None:
             self._deliver(Message(src, dst, tag, data, nbytes, sent, self.env.now))
             request.delivered()
+
+        if self._wakeups is not None:
+            self._wakeups.sent(src, nbytes)
 
         route = self.platform.route(src, dst)
         copy_s = self.platform.copies.per_byte_s(src, dst)[0] * nbytes
@@ -171,10 +192,21 @@ class MessageExecution:
                 del waiters[i]
                 waiter.request.started_s = message.sent_s
                 waiter.request.span_args = {"bytes": int(message.nbytes), "src": int(message.src)}
-                waiter.request.event.succeed(self._taken_in(message, waited_s=self.env.now - max(waiter.posted_s,
-                                                                                               message.sent_s)))
+                taken = self._taken_in(message, waited_s=self.env.now - max(waiter.posted_s, message.sent_s))
+                self._receive_done(waiter, taken)
                 return
         self._mailboxes[message.dst].append(message)
+
+    def _receive_done(self, waiter: _RecvWaiter, message: Message) -> None:
+        """The blocked receive is done: now, or at its rank's next test (:mod:`.wait_loop`)."""
+        wakeups, now = self._wakeups, self.env.now
+        at = now if wakeups is None else wakeups.noticed_s(message.dst, waiter.posted_s, now)
+        if wakeups is not None:
+            wakeups.taken_in(message.src, message.nbytes, at)
+        if at > now:
+            self.env.timeout(at - now).callbacks.append(lambda _event: waiter.request.event.succeed(message))
+        else:
+            waiter.request.event.succeed(message)
 
     def poll(self, rank: int, src: int = ANY, tag: int = ANY) -> Message | None:
         if self.on_call is not None:
@@ -182,6 +214,8 @@ class MessageExecution:
         box = self._mailboxes[rank]
         for i, message in enumerate(box):
             if self._matches(message, src, tag):
+                if self._wakeups is not None:
+                    self._wakeups.taken_in(message.src, message.nbytes, self.env.now)
                 return self._taken_in(box.pop(i))
         return None
 
