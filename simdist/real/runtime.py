@@ -8,24 +8,9 @@ which turns each yielded request into MPI calls and records wall-clock spans int
 * ``compute`` fetches the batch's tensors out of the dataset (a ``data`` span) and runs the
   real forward/backward at the call, synchronously (its request is already complete when
   yielded; ``at_fraction`` therefore gives no overlap);
-* ``send``/``recv``/``poll`` are point-to-point messages on an mpi4py ``pkl5`` communicator
-  (buffered ``ibsend``, so a send completes at the call like a delivery into the simulator's
-  mailbox; matched probe on the receiving side); tensors travel out of band, not pickled
-  (:mod:`.wire`). MPI moves a message only inside MPI calls of *both* ranks: the receiver's
-  probe finds it, and above the eager limit the sender's next call sends the data
-  (rendezvous; the buffered copy too). So after a send the rank posts ``MPI_Buffer_iflush``
-  (MPI 4.1; done once every buffered message has left) and, while that is not done, keeps
-  testing at the shortest sleep (see "Waiting"); and a probe that finds nothing probes once
-  more at once: MPICH's probe makes progress and returns, and what that progress delivered is
-  seen by the next probe only (on this host a first probe never saw a message that had
-  arrived while its receiver slept). Together these took a small message's one-way time, two
-  ranks sleeping between tests, from 1.8 ms to 0.12–0.14 ms, and a 340 KB one's from 2.9 ms
-  to 0.3 ms. A message carries its send time so a receive splits into ``wait`` (sender
-  not there yet) and ``comm``; the receive's ``comm`` span records ``bytes``, ``src`` and
-  ``sent_s``, and every send call is a non-blocking ``comm``/``send`` span (``bytes``,
-  ``dst``), so that a pilot run's messages can calibrate the link (:mod:`.pilot`). The call
-  itself, and a poll taking in a message, is also a blocking ``message overhead`` span: the
-  rank's CPU in communication (ledger ``comm_cpu``, the simulator's LogGP ``o``);
+* ``send``/``recv``/``poll`` are point-to-point messages (:mod:`.messages`: an mpi4py ``pkl5``
+  communicator, buffered sends that complete at the call, matched probes; each message's
+  ``comm`` spans and the ``message overhead`` span of its calls, ledger ``comm_cpu``);
 * collectives run non-blocking (``Iallreduce``, ``Ibcast``, ``Iallgather``) on a
   communicator per group made with ``Create_group`` at the group's first collective; a tiny
   ``Iallreduce(MAX)`` of arrival times beside each one tells when the last member arrived
@@ -89,14 +74,13 @@ from ..ledger import OVERHEAD_SPAN, work_span_name
 from ..recorder import Recorder
 from ..runtime.base import ANY, GradResult, Group, Message
 from ..runtime.payloads import payload_nbytes
+from .messages import PointToPoint
 from .progress import Progress, probe_progress
 from .requests import CollectiveRequest, ComputeRequest, Done, RecvRequest, Request, SendRequest
-from .wire import pack, unpack
 
 __all__ = ["MPIWorld", "MPIRuntime", "CpuClock", "CTL_STOP", "CTL_DONE"]
 
 CTL_STOP, CTL_DONE = 1, 2
-BSEND_BUFFER_BYTES = 1 << 30  # room for messages not yet received (pages are touched only when used)
 _PROGRESS_S = 1e-3  # how often outstanding non-blocking collectives are tested during a compute
 
 
@@ -125,7 +109,7 @@ def _as_numpy(tensor: torch.Tensor, reduce: bool) -> tuple[np.ndarray, Any]:
     return t.numpy().copy(), torch.from_numpy
 
 
-class MPIWorld:
+class MPIWorld(PointToPoint):
     """Shared state of one rank's process in a real run: communicators, clock, recorder."""
 
     def __init__(self, comm, recorder: Recorder, *, gradient, workers: Iterable[int],
@@ -156,14 +140,9 @@ class MPIWorld:
         self.stop_reason: str | None = None
         self.done_workers: set[int] = set()
         self._comms: dict[tuple[int, ...], Any] = {}
-        self._sends: list = []  # fire-and-forget sends stay referenced until complete
-        self._flushes: list | None = []  # MPI_Buffer_iflush after each send: done once its data has left
-        self._notices: list = []  # the same for control notices
+        self._init_messages()
+        self._notices: list = []  # fire-and-forget control notices stay referenced until complete
         self._collectives: list = []
-        # buffered sends complete at the call, as the simulator's mailboxes do: a sender never waits for the
-        # receiver to post a receive (it may be inside a blocking Create_group: a deadlock with standard sends)
-        self._bsend_buffer = bytearray(BSEND_BUFFER_BYTES)
-        MPI.Attach_buffer(self._bsend_buffer)
         threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.progress = Progress(self, _PROGRESS_S) if threaded and progress else None
         # the library's own progress mode, before the clock starts; None when not probed
@@ -197,48 +176,6 @@ class MPIWorld:
             comm = self._comms[group.ranks] = self._create.Create_group(mpi_group, tag)
             mpi_group.Free()
         return comm
-
-    # -- point to point -------------------------------------------------------------------
-
-    def send(self, dst: int, payload: Any, tag: int, record: bool = True) -> SendRequest:
-        if not 0 <= dst < self.size:
-            raise SimulationError(f"rank {self.rank} sends to rank {dst}, which does not exist")
-        sent = self.now()
-        nbytes = payload_nbytes(payload)
-        request = self.comm.ibsend((pack(payload), sent, nbytes), dest=dst, tag=tag)
-        # the send call (packing, the copy into the buffer) is the sender's CPU (comm_cpu, LogGP's o_s)
-        if record:
-            posted = self.now()
-            self.span("comm", OVERHEAD_SPAN, sent, posted)
-            self.span("comm", "send", sent, posted, blocking=False, bytes=nbytes, dst=dst)
-        self._sends = [r for r in self._sends if not r.test()[0]]
-        self._sends.append(request)
-        if self._flushes is not None:
-            try:
-                self._flushes.append(self.MPI.Iflush_buffer())
-            except NotImplementedError:  # an MPI before 4.1: in-flight sends cannot be seen
-                self._flushes = None
-        return SendRequest(request, sent)
-
-    def sends_in_flight(self) -> bool:
-        """Whether a message this rank sent has not left the send buffer yet (testing makes MPI progress);
-        False where the library cannot tell (no ``MPI_Buffer_iflush``)."""
-        if not self._flushes:
-            return False
-        self._flushes = [r for r in self._flushes if not r.Test()]
-        return bool(self._flushes)
-
-    def poll(self, rank: int, src: int, tag: int) -> Message | None:
-        MPI = self.MPI
-        status = MPI.Status()
-        source, tag = MPI.ANY_SOURCE if src == ANY else src, MPI.ANY_TAG if tag == ANY else tag
-        message = self.comm.improbe(source=source, tag=tag, status=status)
-        if message is None:  # the probe made progress; what it delivered shows in the next one
-            message = self.comm.improbe(source=source, tag=tag, status=status)
-        if message is None:
-            return None
-        payload, sent, nbytes = message.recv()
-        return Message(status.Get_source(), rank, status.Get_tag(), unpack(payload), nbytes, sent, self.now())
 
     # -- collectives ------------------------------------------------------------------------
 
