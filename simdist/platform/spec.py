@@ -203,6 +203,13 @@ class NodeSpec(_Frozen):
         depend on what the other ranks do from moment to moment."""
         return self.cores is not None or self.core_sets is not None
 
+    def core_pools(self) -> list[tuple[float, list[int]]]:
+        """(cores, local ranks) of each pool of shared cores: the node's ``cores`` for all its
+        devices, or each of its ``core_sets``; none where every rank has its cpus to itself."""
+        if self.core_sets is not None:
+            return [(core_set.cores, list(core_set.devices)) for core_set in self.core_sets]
+        return [] if self.cores is None else [(self.cores, list(range(self.devices)))]
+
 
 class FabricSpec(_Frozen):
     """How nodes connect."""

@@ -67,11 +67,7 @@ class ComputeExecution:
         co_run: dict[int, Any] = {}
         for n in range(spec.nodes):
             node, first = spec.node_at(n), spec.first_rank(n)
-            if not node.shares_cores:
-                continue
-            sets = [(node.cores, list(range(node.devices)))] if node.core_sets is None else \
-                [(core_set.cores, core_set.devices) for core_set in node.core_sets]
-            for k, (cores, local_ranks) in enumerate(sets):
+            for k, (cores, local_ranks) in enumerate(node.core_pools()):
                 pool = Link(len(links), f"n{n}.cores{k}", "cores", 0.0, cores)
                 links.append(pool)
                 pool_of.update({first + local: pool for local in local_ranks})

@@ -62,12 +62,9 @@ class MessageExecution:
             return None
         spec, sleepers = self.platform.spec, set()
         for n in range(spec.nodes):
-            node, first = spec.node_at(n), spec.first_rank(n)
-            sets = [] if not node.shares_cores else [(node.cores, range(node.devices))] if node.core_sets is None \
-                else [(core_set.cores, core_set.devices) for core_set in node.core_sets]
-            for cores, local_ranks in sets:
+            for cores, local_ranks in spec.node_at(n).core_pools():
                 if len(local_ranks) > cores:  # more ranks than cores: the runtime sleeps from the start
-                    sleepers.update(first + r for r in local_ranks)
+                    sleepers.update(spec.first_rank(n) + r for r in local_ranks)
         return ReceiveWakeups(WaitLoop(loop.first_sleep, loop.max_sleep, loop.sleep_overshoot, loop.spin), sleepers,
                               self.message_costs.eager_limit)
 
