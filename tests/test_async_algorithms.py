@@ -212,16 +212,20 @@ SLOW_SERVER = {"apply_time_per_param": 2e-6}  # 0.4 ms per update: pushes queue 
 def test_gradients_evaluated_when_applied_give_the_run_evaluated_at_the_push(case, options, monkeypatch):
     """Pushed gradients travel unevaluated and are evaluated, batched, when a server applies
     them: the same weights as evaluating each at its push, and while pushes queue at a busy
-    server, fewer and larger evaluations; every loss is reduced over its own request's rows, so
-    the recorded losses are the same bits too (see ``GradientEvaluator._fast_batched``)."""
+    server, fewer and larger evaluations; every loss is reduced over its own request's rows.
+    What is guaranteed is agreement within float32 rounding (simdist/training/gradients.py):
+    one forward over the concatenated batch may sum in another order than over each batch.
+    On an AMD EPYC host every case here was bit-identical; on an Intel Xeon VM the
+    heterogeneous nsoftsync case differed by 9e-8 in a weight and 1e-7 (relative) in a loss."""
     late_algorithm, late_world, late_workload, _ = wire_and_run(scenario(**CASES[case], **options))
     monkeypatch.setattr(GradResult, "grad_for_message", lambda self, start, stop: self.grad[start:stop])
     monkeypatch.setattr(GradResult, "loss_for_message", lambda self: self.loss)
     eager_algorithm, eager_world, eager_workload, _ = wire_and_run(scenario(**CASES[case], **options))
     late_rows, eager_rows = late_world.recorder.updates, eager_world.recorder.updates
-    assert late_rows == eager_rows
+    assert [{**row, "loss": None} for row in late_rows] == [{**row, "loss": None} for row in eager_rows]
+    assert [row["loss"] for row in late_rows] == pytest.approx([row["loss"] for row in eager_rows], rel=1e-6)
     for late, eager in zip(late_algorithm.servers_, eager_algorithm.servers_):
-        assert torch.equal(late.replica.params, eager.replica.params)
+        torch.testing.assert_close(late.replica.params, eager.replica.params)
     if options:
         assert late_workload.pending.evaluations < eager_workload.pending.evaluations
 

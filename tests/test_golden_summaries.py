@@ -12,7 +12,8 @@ base point. The run's fingerprint is compared with the one recorded in
 * ``events``: the number of events of each kind.
 
 Integers, strings, booleans and None must match exactly; floats within
-``rel=1e-6, abs=1e-12``. A scenario without a recorded entry fails: a new scenario gets its
+``rel=1e-6, abs=1e-12``, except the fields in :data:`CPU_SENSITIVE`, which a CPU whose float32
+kernels round differently moves further (measured, with the host named there). A scenario without a recorded entry fails: a new scenario gets its
 golden entry when it is added.
 
 Re-recording, when a change of behaviour is intended: run this file with
@@ -40,6 +41,10 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden_summaries" / "golden_summaries.json"
 RECORD = os.environ.get("SIMDIST_RECORD_GOLDEN") == "1"
 REL, ABS = 1e-6, 1e-12
+# fields that amplify last-bit differences of the float32 kernels, with the relative tolerance they need across
+# CPUs: dc-s3gd's variance-control lambda is a ratio of gradient norms; on an Intel Xeon VM reporting a 480 MiB
+# L3 its sum over the run moved by 6.0e-5 from the figure recorded on an AMD EPYC VM (every other field within 1e-6)
+CPU_SENSITIVE: dict[str, float] = {"steps.sums.lambda_": 1e-4}
 
 SHORT = {"stop.epochs": None, "stop.virtual_time": None}
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -100,7 +105,7 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _same(expected: Any, actual: Any) -> bool:
+def _same(expected: Any, actual: Any, rel: float = REL) -> bool:
     numbers = (int, float)
     if (isinstance(expected, numbers) and isinstance(actual, numbers)
             and not isinstance(expected, bool) and not isinstance(actual, bool)):
@@ -108,7 +113,7 @@ def _same(expected: Any, actual: Any) -> bool:
             return expected == actual
         if math.isnan(expected) or math.isnan(actual):
             return math.isnan(expected) and math.isnan(actual)
-        return actual == pytest.approx(expected, rel=REL, abs=ABS)
+        return actual == pytest.approx(expected, rel=rel, abs=ABS)
     return type(expected) is type(actual) and expected == actual
 
 
@@ -119,7 +124,7 @@ def differences(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     lines = []
     for field in sorted(set(want) | set(got)):
         old, new = want.get(field, missing), got.get(field, missing)
-        if old is missing or new is missing or not _same(old, new):
+        if old is missing or new is missing or not _same(old, new, CPU_SENSITIVE.get(field, REL)):
             show = lambda v: "(absent)" if v is missing else repr(v)  # noqa: E731
             lines.append(f"{field}: golden {show(old)}, now {show(new)}")
     return lines
