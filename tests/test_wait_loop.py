@@ -36,10 +36,14 @@ def test_a_rank_whose_large_message_has_not_left_keeps_its_shortest_sleep():
     wakeups = ReceiveWakeups(LOOP, sleepers={0}, eager_limit=1024)
     wakeups.sent(0, 4096)  # rendezvous: its receiver needs rank 0's next call
     assert wakeups.noticed_s(0, 0.0, 5e-3) - 5e-3 < 60e-6 + 1e-12
-    wakeups.taken_in(0, 4096, 1e-3)  # gone at 1 ms: the sleeps double again from there
-    later = wakeups.noticed_s(0, 0.0, 5e-3)
-    assert later == pytest.approx(LOOP.next_test_s(0.0, 5e-3, spins=False, short_until_s=1e-3))
-    assert later > wakeups.noticed_s(0, 0.0, 1.05e-3)
+    wakeups.taken_in(0, 4096, 1e-3)  # gone at 1 ms: seen at the test at 1.02 ms, then sleeps of 100 us, 200 us ...
+    tests_after = [1.02e-3 + 110e-6, 1.13e-3 + 210e-6, 1.34e-3 + 410e-6, 1.75e-3 + 810e-6, 2.56e-3 + 1010e-6,
+                   3.57e-3 + 1010e-6, 4.58e-3 + 1010e-6]
+    assert wakeups.noticed_s(0, 0.0, 5e-3) == pytest.approx(tests_after[-1])
+    assert wakeups.noticed_s(0, 0.0, 1.1e-3) == pytest.approx(tests_after[0])
+    wakeups.sent(2, 4096)  # a rank with a core of its own spins first, its send in flight or not
+    assert wakeups.noticed_s(2, 0.0, 0.3e-3) == 0.3e-3
+    assert wakeups.noticed_s(2, 0.0, 0.52e-3) == pytest.approx(0.5e-3 + 60e-6)
     wakeups.sent(1, 100)  # eager: it leaves at once, nothing changes for its sender
     assert wakeups.noticed_s(1, 0.0, 5e-3) == LOOP.next_test_s(0.0, 5e-3, spins=True)
 

@@ -221,16 +221,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
     calls = None if calls_of is None else _calls(calls_of, comm, cold_calls)
-    if rank == 0 and args.path == "runtime":
-        from .runtime_sweep import measure_wait_loop
-
-        wait_loop = measure_wait_loop()
     if rank == 0:
+        wait_loop = None
+        if args.path == "runtime":
+            from .runtime_sweep import measure_wait_loop
+
+            wait_loop = measure_wait_loop()
         document = {"ranks": size, "hosts": hosts, "path": args.path,
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
                     "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce, "calls": calls,
-                    "wait_loop": wait_loop if args.path == "runtime" else None,
+                    "wait_loop": wait_loop,
                     "elapsed_s": time.perf_counter() - started}
         with open(args.out, "w") as fh:
             json.dump(document, fh, indent=1)

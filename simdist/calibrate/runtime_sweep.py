@@ -163,9 +163,9 @@ def measure_wait_loop(sleeps: int = OVERSHOOT_SLEEPS) -> dict[str, float]:
     late = []
     for _ in range(sleeps):
         start = time.perf_counter()
-        time.sleep(driver._SLEEP_S)
-        late.append(time.perf_counter() - start - driver._SLEEP_S)
-    return {"first_sleep_s": driver._SLEEP_S, "max_sleep_s": driver._SLEEP_MAX_S, "spin_s": driver._SPIN_S,
+        time.sleep(driver.SLEEP_S)
+        late.append(time.perf_counter() - start - driver.SLEEP_S)
+    return {"first_sleep_s": driver.SLEEP_S, "max_sleep_s": driver.SLEEP_MAX_S, "spin_s": driver.SPIN_S,
             "sleep_overshoot_s": max(0.0, float(np.median(late))), "sleeps": sleeps}
 
 

@@ -18,11 +18,11 @@ from ..errors import SimulationError
 from .requests import RecvRequest, Request
 from .runtime import CTL_DONE, CTL_STOP, MPIWorld
 
-__all__ = ["MPIDriver", "Stopped"]
+__all__ = ["MPIDriver", "Stopped", "SPIN_S", "SLEEP_S", "SLEEP_MAX_S"]
 
-_SPIN_S = 0.5e-3  # a rank with a core to itself spins this long before sleeping between tests
-_SLEEP_S = 50e-6  # first sleep between tests; a rank sharing its cores doubles it up to _SLEEP_MAX_S
-_SLEEP_MAX_S = 1e-3
+SPIN_S = 0.5e-3  # a rank with a core to itself spins this long before sleeping between tests
+SLEEP_S = 50e-6  # first sleep between tests; a rank sharing its cores doubles it up to SLEEP_MAX_S
+SLEEP_MAX_S = 1e-3
 _CONTROL_EVERY = 16  # tests between looks at the control communicator
 
 
@@ -57,8 +57,8 @@ class MPIDriver:
         delivered it by then and charges nothing more, so that copy is the rank's host work.
         """
         world = self.world
-        cpu, spin_until = time.thread_time(), (world.now() + _SPIN_S if world.spin else 0.0)
-        tests, sleep_s = 0, _SLEEP_S
+        cpu, spin_until = time.thread_time(), (world.now() + SPIN_S if world.spin else 0.0)
+        tests, sleep_s = 0, SLEEP_S
         try:
             while not request.test():
                 tests += 1
@@ -67,9 +67,9 @@ class MPIDriver:
                 if not world.spin or world.now() > spin_until:
                     time.sleep(sleep_s)
                     if world.sends_in_flight():  # the receiver may be waiting on this rank's next call
-                        sleep_s = _SLEEP_S
+                        sleep_s = SLEEP_S
                     elif not world.spin:
-                        sleep_s = min(2.0 * sleep_s, _SLEEP_MAX_S)
+                        sleep_s = min(2.0 * sleep_s, SLEEP_MAX_S)
         finally:
             if tests or not isinstance(request, RecvRequest):
                 world.cpu.wait_s += time.thread_time() - cpu
@@ -119,4 +119,4 @@ class MPIDriver:
                 self._check_stop()
             except Stopped as stop:
                 return str(stop)
-            time.sleep(_SLEEP_S * 4)
+            time.sleep(SLEEP_S * 4)

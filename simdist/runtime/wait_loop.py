@@ -33,22 +33,25 @@ class WaitLoop:
 
     def next_test_s(self, since_s: float, arrived_s: float, *, spins: bool, short_until_s: float = -math.inf) -> float:
         """The first test at or after ``arrived_s`` of a loop that began at ``since_s`` (a rank that
-        ``spins`` has a core to itself); until ``short_until_s`` the loop sleeps its shortest
-        sleep, and its doubling starts again from there."""
+        ``spins`` has a core to itself: it spins, then sleeps the shortest sleep). A rank that
+        shares its cores sleeps its shortest sleep until ``short_until_s`` (a send of its own in
+        flight), and its doubling starts again from the test after which it saw the send gone."""
         if arrived_s <= since_s:
             return arrived_s
         short = self.first_sleep_s + self.overshoot_s
-        if short_until_s > since_s:
-            if arrived_s <= short_until_s or spins:
-                return _on_grid(since_s, arrived_s, short)
-            since_s = _on_grid(since_s, short_until_s, short)  # the test at which the send was seen gone
-            if arrived_s <= since_s:
-                return since_s
-        if spins:
+        if spins:  # it spins, then sleeps the shortest sleep, whether or not a send is in flight
             if arrived_s <= since_s + self.spin_s:
                 return arrived_s
             return _on_grid(since_s + self.spin_s, arrived_s, short)
-        t, sleep = since_s, self.first_sleep_s
+        sleep = self.first_sleep_s
+        if short_until_s > since_s:
+            if arrived_s <= short_until_s:
+                return _on_grid(since_s, arrived_s, short)
+            since_s = _on_grid(since_s, short_until_s, short)  # the test after which the send was seen gone
+            if arrived_s <= since_s:
+                return since_s
+            sleep = min(2.0 * sleep, self.max_sleep_s)  # the runtime doubles its sleep on seeing it gone
+        t = since_s
         while sleep < self.max_sleep_s:
             t += sleep + self.overshoot_s
             if t >= arrived_s:
