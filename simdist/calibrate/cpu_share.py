@@ -201,16 +201,18 @@ def contention_document(rows: list[dict[str, Any]], *, model: str, batch_size: i
 def co_run_overlay(document: dict[str, Any], path: str) -> dict[str, Any]:
     """The platform overlay of a contention document: ``node.co_run`` with its factors (1 where a
     regime was not measured: no slow-down is claimed without a measurement), the woken rank's
-    run alone (0 where not measured: processor sharing), and the provenance."""
+    run alone and the scheduler's time slice (0 where not measured: processor sharing), and the
+    provenance."""
     def factor(key: str) -> float:
         value = document.get(key)
         return max(1.0, float(value)) if value is not None and math.isfinite(float(value)) else 1.0
 
     source = (f"{path}: {document.get('model')} at batch {document.get('batch_size')}, "
               f"{document.get('description', 'this host')}")
-    wake = document.get("wake_run_s")
+    wake, turns = document.get("wake_run_s"), document.get("slice_s")
     return {"node": {"co_run": {"undersubscribed_factor": factor("undersubscribed_factor"),
                                 "oversubscribed_factor": factor("oversubscribed_factor"),
-                                "wake_run_s": float(wake) if wake is not None else 0.0, "source": source}},
+                                "wake_run_s": float(wake) if wake is not None else 0.0,
+                                "slice_s": float(turns) if turns is not None else 0.0, "source": source}},
             "provenance": document["provenance"]}
 

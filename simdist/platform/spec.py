@@ -146,6 +146,10 @@ class CoRunSpec(_Frozen):
         "seconds a rank that starts work after waiting runs ahead of the core-mates already running on its "
         "shared cores, which pause meanwhile (the scheduler favours a task waking from sleep); after that "
         "they share. 0 (default): processor sharing from the first instant"))
+    slice_s: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "the scheduler's time slice: where ranks outnumber their cores, a core runs one of them at a time and "
+        "switches at ticks this far apart (a woken rank preempts at once and keeps its core for wake_run_s). "
+        "0 (default): processor sharing, every rank at a fraction of a core"))
     source: str = Field(min_length=1, description="where the factors come from (the cpu-share calibration file)")
 
 

@@ -26,6 +26,7 @@ from ..platform.network import FlowNetwork
 from ..platform.topology import Link, Platform
 from .payloads import computed
 from .requests import ComputeRequest, Request
+from .time_slices import TimeSlices
 from .wake_runs import WakeRuns
 
 __all__ = ["ComputeExecution"]
@@ -51,6 +52,9 @@ class ComputeExecution:
         cores = self._cores  # a woken rank runs ahead of its running core-mates (node.co_run.wake_run_s)
         self._wake = None if cores is None else WakeRuns(self.env, cores.network, cores.routes, cores.pools,
                                                           cores.co_run)
+        # ranks that outnumber their cores take turns in time slices (node.co_run.slice_s)
+        self._slices = None if cores is None else TimeSlices(self.env, cores.network, cores.routes, cores.pools,
+                                                              cores.co_run)
         self._computing_in_pool: dict[int, int] = {}  # core pool (link index) -> its ranks computing now
         self._co_run_windows: dict[int, float | None] = {}  # core pool -> the co-run factor applied to it now
         self.data_loading: Any = None  # what a batch costs before compute (simdist.training.data_loading); None: free
@@ -209,7 +213,7 @@ class ComputeExecution:
         cap, pool = self.platform.devices[rank].cpus or 1.0, self._cores.pools[rank]
         if pool is None:
             return cap
-        self._wake.enter(rank)
+        self._turns(rank).enter(rank)
         busy = self._computing_in_pool.get(pool.index, 0) + 1
         self._computing_in_pool[pool.index] = busy
         factor = self._co_running(pool, busy)
@@ -218,9 +222,14 @@ class ComputeExecution:
     def _leave_pool(self, rank: int) -> None:
         pool = self._cores.pools[rank]
         if pool is not None:
-            self._wake.leave(rank)
+            self._turns(rank).leave(rank)
             self._computing_in_pool[pool.index] -= 1
             self._co_running(pool, self._computing_in_pool[pool.index])
+
+    def _turns(self, rank: int) -> TimeSlices | WakeRuns:
+        """Who decides when ``rank`` runs on its shared pool beyond processor sharing: the time
+        slices where the pool has them (its woken run included), else the woken-run rule."""
+        return self._slices if self._slices.applies_to(rank) else self._wake
 
     def _co_running(self, pool: Link, busy: int) -> float | None:
         """The co-run slow-down of ``pool`` now that ``busy`` of its ranks compute (``node.co_run``):

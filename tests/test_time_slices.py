@@ -1,0 +1,91 @@
+"""Ranks that outnumber their cores take turns in the scheduler's time slices
+(node.co_run.slice_s, simdist.runtime.time_slices), as Linux runs them: one task per core at
+a time, switching at the tick."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import build_platform, busy_spans
+
+SLICE = 0.004
+
+
+def _run(starts: dict[int, float], work_s: dict[int, float], *, devices: int = 2, cores: float | None = 1,
+         slice_s: float = SLICE, wake_run_s: float = 0.0, after: dict[int, float] | None = None
+         ) -> dict[int, tuple[float, float]]:
+    """``devices`` ranks on ``cores`` cores (None: each has its own); each starts busy work at
+    ``starts`` and works ``work_s``: each rank's (start, end)."""
+    node = {"devices": devices, "co_run": {"slice_s": slice_s, "wake_run_s": wake_run_s, "source": "test"}}
+    if cores is not None:
+        node["cores"] = cores
+    return busy_spans(build_platform("laptop-cpu", node=node), starts, work_s, after)
+
+
+def test_two_ranks_starting_together_on_one_core_end_a_slice_apart():
+    # 10 ms each: rank 0 runs 0-4, rank 1 4-8, rank 0 8-12, rank 1 12-16, rank 0 16-18, rank 1 18-20
+    spans = _run({0: 0.0, 1: 0.0}, {0: 0.010, 1: 0.010})
+    assert spans[0][1] == pytest.approx(0.018)
+    assert spans[1][1] == pytest.approx(0.020)
+    shared = _run({0: 0.0, 1: 0.0}, {0: 0.010, 1: 0.010}, slice_s=0.0)  # processor sharing: together
+    assert shared[0][1] == pytest.approx(0.020) and shared[1][1] == pytest.approx(0.020)
+
+
+def test_four_ranks_on_two_cores_take_turns_in_pairs():
+    # 6 ms each: ranks 0, 1 run 0-4 and 8-10; ranks 2, 3 run 4-8 and 10-12; the cores never idle
+    spans = _run({r: 0.0 for r in range(4)}, {r: 0.006 for r in range(4)}, devices=4, cores=2)
+    assert [spans[r][1] for r in range(4)] == pytest.approx([0.010, 0.010, 0.012, 0.012])
+
+
+def test_a_rank_that_starts_work_preempts_the_longest_running_and_keeps_its_core_for_its_wake_run():
+    # rank 0 works 10 ms from 0; rank 1 wakes at 2 ms for 3 ms of work and preempts it. It keeps the
+    # core through the tick at 4 ms (its wake run lasts to 6 ms), and ends at 5 ms; rank 0 ends at 13 ms
+    spans = _run({0: 0.0, 1: 0.002}, {0: 0.010, 1: 0.003}, wake_run_s=0.005)
+    assert spans[1][1] == pytest.approx(0.005)
+    assert spans[0][1] == pytest.approx(0.013)
+    # without a wake run it loses the core at the tick at 4 ms and gets it back at 8 ms
+    spans = _run({0: 0.0, 1: 0.002}, {0: 0.010, 1: 0.003})
+    assert spans[1][1] == pytest.approx(0.009)
+    assert spans[0][1] == pytest.approx(0.013)
+
+
+def test_a_rank_that_ends_its_work_hands_its_core_over_at_once():
+    # rank 0 has 1 ms of work: at 1 ms rank 1 runs, not at the tick
+    spans = _run({0: 0.0, 1: 0.0}, {0: 0.001, 1: 0.002})
+    assert spans[0][1] == pytest.approx(0.001) and spans[1][1] == pytest.approx(0.003)
+    # work right after work (no wait between) runs on in the rank's slice: rank 1 waits until 2 ms
+    chained = _run({0: 0.0, 1: 0.0}, {0: 0.001, 1: 0.002}, after={0: 0.001})
+    assert chained[0][1] == pytest.approx(0.002) and chained[1][1] == pytest.approx(0.004)
+    # ... and is switched out at the tick like any other: rank 0 runs 0-4 ms, rank 1 4-6 ms, rank 0 6-7 ms
+    chained = _run({0: 0.0, 1: 0.0}, {0: 0.003, 1: 0.002}, after={0: 0.002})
+    assert chained[1][1] == pytest.approx(0.006) and chained[0][1] == pytest.approx(0.007)
+
+
+def test_ranks_with_cores_of_their_own_or_as_many_cores_as_ranks_never_take_turns():
+    own = _run({0: 0.0, 1: 0.0}, {0: 0.010, 1: 0.010}, cores=None)
+    assert own[0][1] == pytest.approx(0.010) and own[1][1] == pytest.approx(0.010)
+    enough = _run({0: 0.0, 1: 0.0}, {0: 0.010, 1: 0.010}, cores=2)
+    assert enough[0][1] == pytest.approx(0.010) and enough[1][1] == pytest.approx(0.010)
+
+
+def test_a_slice_is_checked():
+    from pydantic import ValidationError
+
+    from simdist.platform.spec import CoRunSpec
+
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        CoRunSpec(slice_s=-1e-3, source="x")
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        CoRunSpec(slice_s=2.0, source="x")
+    assert CoRunSpec(source="x").slice_s == 0.0
+
+
+def test_a_measurement_too_short_to_see_turns_keeps_processor_sharing(monkeypatch):
+    from simdist.calibrate import time_slice
+
+    monkeypatch.setattr(time_slice, "measure_runs", lambda core, duration_s: [0.004, 0.004])
+    fields = time_slice.time_slice_fields(0, 0.01)
+    assert fields["slice_s"] == 0.0 and fields["slice_runs"] == 2 and "too few" in fields["slice_method"]
+    monkeypatch.setattr(time_slice, "measure_runs", lambda core, duration_s: [0.001, 0.004, 0.004, 0.004, 0.003])
+    fields = time_slice.time_slice_fields(0, 0.01)
+    assert fields["slice_s"] == 0.004 and fields["slice_p10_s"] == 0.001 and fields["slice_p90_s"] == 0.004
