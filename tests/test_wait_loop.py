@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from pydantic import ValidationError
 
 from simdist.platform.cost_spec import MessageCostSpec
@@ -87,3 +88,47 @@ def test_a_blocked_receive_is_done_at_the_next_test_of_its_ranks_loop():
     assert own_core == pytest.approx(LOOP.next_test_s(0.0, arrived, spins=True))
     assert at_once < own_core < sharing
     assert not math.isclose(sharing, arrived)
+
+
+def _allreduce_spans(wait_loop: dict | None, cores: float | None) -> dict[int, tuple[float, float, float]]:
+    """Ranks 0 and 1 allreduce, rank 0 blocked in it from 0, rank 1 calling at 3 ms: per rank
+    (when its wait ends, when the collective ends, when the data phase could have begun)."""
+    messages = {"source": "test"} if wait_loop is None else {"source": "test", "wait_loop": wait_loop}
+    node = {"devices": 2} if cores is None else {"devices": 2, "cores": cores}
+    world = build_world(platform=build_platform("laptop-cpu", node=node, messages=messages))
+    group = world.group([0, 1])
+    ends = {}
+
+    def member(rank, delay):
+        if delay:
+            yield world.env.timeout(delay)
+        request = world.collective(rank, "allreduce", group, torch.ones(4))
+        total = yield request.event
+        assert torch.equal(total, torch.full((4,), 2.0))
+        ends[rank] = (request.started_s, world.env.now)
+
+    world.env.process(member(0, 0.0))
+    world.env.process(member(1, 3e-3))
+    world.env.run()
+    return ends
+
+
+def test_a_collective_starts_moving_once_every_blocked_member_has_tested_and_found_the_last_one_in():
+    loop = {"first_sleep": "50us", "max_sleep": "1ms", "sleep_overshoot": "10us", "spin": "0.5ms", "source": "test"}
+    at_once = _allreduce_spans(None, cores=1)
+    sharing = _allreduce_spans(loop, cores=1)  # rank 0 sleeps from the start of its wait
+    own_core = _allreduce_spans(loop, cores=None)  # rank 0 spins, then sleeps the shortest sleep
+    moving_s = at_once[0][1] - 3e-3  # the data phase alone
+    for ends in (at_once, sharing, own_core):
+        assert ends[0][0] == ends[1][0] == pytest.approx(3e-3)  # the waits end when the last member arrived
+        assert ends[0][1] == ends[1][1]  # a blocking collective ends for both at once
+    assert sharing[0][1] == pytest.approx(LOOP.next_test_s(0.0, 3e-3, spins=False) + moving_s)
+    assert own_core[0][1] == pytest.approx(LOOP.next_test_s(0.0, 3e-3, spins=True) + moving_s)
+    assert at_once[0][1] < own_core[0][1] < sharing[0][1]
+
+
+def test_a_waiting_loop_keeps_ranks_out_of_lockstep_groups():
+    loop = {"first_sleep": "50us", "max_sleep": "1ms", "spin": "0.5ms", "source": "test"}
+    world = build_world(platform=build_platform("laptop-cpu", node={"devices": 2},
+                                                messages={"source": "test", "wait_loop": loop}))
+    assert "messages.wait_loop" in world.lockstep_obstacle()

@@ -111,9 +111,10 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
 
         Node cores that are shared (a rank's compute rate depends on what the ranks sharing its
         cores do at each instant), nodes that may crash (a crash stops some ranks mid-step),
-        epoch-end work that sets some ranks' loader workers apart, and runtime calls that cost
+        epoch-end work that sets some ranks' loader workers apart, runtime calls that cost
         CPU (``platform.calls``, a collective's first call after compute priced cold), which a
-        group's requests do not make one by one.
+        group's requests do not make one by one, and a real run's waiting loop
+        (``messages.wait_loop``), whose tests are each rank's own.
         """
         if self._cores is not None:
             return "node cores are shared (platform.node.cores): each rank's rate depends on the others'"
@@ -122,6 +123,9 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         if self.message_costs is not None and self.message_costs.send_overhead_after_compute is not None:
             return ("a rank's first call after compute is priced cold (messages.send_overhead_after_compute): "
                     "each rank pays its own")
+        if self.message_costs is not None and self.message_costs.wait_loop is not None:
+            return ("blocked ranks notice a message or a collective's last arrival at their own loop's next test "
+                    "(messages.wait_loop)")
         if self.crash_possible:
             return "nodes may crash (faults.node_crash): a crash stops some ranks mid-step"
         if self._epoch_end_splits_loaders():

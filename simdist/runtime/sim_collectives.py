@@ -20,6 +20,12 @@ handshake) and the reduction's arithmetic (``collectives.reduce_bandwidth``, gam
 Under ``platform.progress: on_call`` a collective that any member called non-blocking starts
 its schedule only once every member is inside a runtime call at the same moment
 (:mod:`.progress`); until then its members' waits count as ``wait``, not ``comm``.
+
+With ``platform.messages.wait_loop`` (a real run's waiting loop, :mod:`.wait_loop`) the
+members blocked in the call learn that the last one has arrived at their loop's next test, as
+simdist's MPI runtime tests its arrival agreement between sleeps; the data phase starts once
+every blocked member has: their waits end when the last member arrived, and the time until
+then is ``comm``, as the real runtime records it.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class _CollectiveOp:
     contributions: dict[int, Any] = field(default_factory=dict)
     requests: dict[int, Request] = field(default_factory=dict)
     posted: list[simpy.Event] = field(default_factory=list)  # members whose call's CPU is not done yet
+    waiting_since: dict[int, float] = field(default_factory=dict)  # blocking member -> when its wait loop began
 
 
 class CollectiveExecution(AloneReplay):
@@ -97,6 +104,10 @@ class CollectiveExecution(AloneReplay):
         posted = self._call_cpu(rank, blocking)
         if posted is not None:
             op.posted.append(posted)
+        if blocking:  # it waits from when its call's CPU is spent
+            op.waiting_since[rank] = self.env.now
+            if posted is not None:
+                posted.callbacks.append(lambda _event: op.waiting_since.__setitem__(rank, self.env.now))
         if len(op.contributions) == group.size:
             del self._open_ops[(group.ranks, seq)]
             self.env.process(self._run_collective(op))
@@ -128,6 +139,9 @@ class CollectiveExecution(AloneReplay):
         start = self.env.now
         for request in op.requests.values():
             request.started_s = start
+        noticed = self._arrival_noticed_s(op, start)
+        if noticed > start:  # the blocked members learn at their next tests that the last one is in
+            yield self.env.timeout(noticed - start)
         results, plan_key, make_plan = self._collective_math_and_plan(op)
         plan = self._plans.get(plan_key)
         if plan is None:  # schedules are pure functions of their key: build each once
@@ -140,6 +154,16 @@ class CollectiveExecution(AloneReplay):
                 self.recorder.span(rank, "comm", op.kind, start, end, blocking=False, **op.requests[rank].span_args)
             # every member gets its own copy, as with MPI: one rank's in-place change stays its own
             op.requests[rank].event.succeed(results if index == 0 else snapshot(results))
+
+    def _arrival_noticed_s(self, op: _CollectiveOp, arrived_s: float) -> float:
+        """When every member blocked in ``op`` has tested and found that all have arrived (at
+        ``arrived_s``): the latest of their loops' next tests (:mod:`.wait_loop`); ``arrived_s``
+        without a waiting loop."""
+        wakeups = self._wakeups
+        if wakeups is None:
+            return arrived_s
+        return max((wakeups.noticed_s(rank, since, arrived_s) for rank, since in op.waiting_since.items()),
+                   default=arrived_s)
 
     def _collective_math_and_plan(self, op: _CollectiveOp):
         ranks = op.group.ranks
