@@ -1,6 +1,6 @@
 """A model change scored on real runs already made: re-simulate saved points, compare with the same real run.
 
-    python benchmarks/resimulate_points.py results/pv_again [--set KEY=VALUE ...] [--points sync-4,asgd-4]
+    python benchmarks/resimulate_points.py results/pv_again [--set KEY=VALUE ...] [--points sync-4,asgd-4] [--parts]
 
 ``benchmarks/predictive_validation.py`` leaves, per point, the real run and the simulation it
 was compared with (``OUT/<point>/validate/{real,sim}``; the simulation's ``manifest.json``
@@ -15,7 +15,9 @@ deterministic, so the difference between the two columns is the change's alone; 
 simulation's own figures are printed too, which the unchanged re-simulation reproduces as
 long as the code behind it has not changed.
 
-Prints one line per point and the count of points within each target, both ways.
+Prints one line per point and the count of points within each target, both ways; with
+``--parts``, under each point the ledger parts of at least 1 % of the real step, in ms per
+step: real, then each simulation's.
 """
 
 from __future__ import annotations
@@ -69,6 +71,20 @@ def resimulate(point: Path, overrides: Sequence[str], scratch: Path) -> Path:
     return out
 
 
+def part_lines(real: Path, sims: Sequence[Path]) -> list[str]:
+    """The ledger parts of at least 1 % of the real step: ms per step, real then each of ``sims``."""
+    tables = [compare_run_ledgers(real, sim) for sim in sims]
+    if any(table is None for table in tables):
+        return []
+    first = tables[0].set_index("part")
+    lines = []
+    for part, row in first.iterrows():
+        if row["share_pct"] >= 1.0 or part == "step":
+            cells = " ".join(f"{table.set_index('part').loc[part, 'predicted_s'] * 1e3:9.2f}" for table in tables)
+            lines.append(f"    {part:20} {row['measured_s'] * 1e3:9.2f} | {cells}")
+    return lines
+
+
 def _line(name: str, figures: Sequence[dict[str, Any]]) -> str:
     cells = []
     for f in figures:
@@ -83,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="an override of the resolved scenario (repeatable)")
     parser.add_argument("--points", default="", help="comma-separated point name prefixes (default: all)")
+    parser.add_argument("--parts", action="store_true",
+                        help="under each point, its ledger parts in ms per step: real | saved, as is, changed")
     args = parser.parse_args(argv)
     root = Path(args.out)
     if not root.is_dir():
@@ -107,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 count[0] += bool(f["within_target"])
                 count[1] += bool(f.get("ledger_within_target"))
             print(_line(point.name, figures), flush=True)
+            if args.parts:
+                print("\n".join(part_lines(real, runs)), flush=True)
     for label, (within, ledger) in zip(("saved", "as is", "changed"), counts):
         print(f"# {label}: iteration target at {within} of {len(points)} points, ledger target at {ledger}")
     return 0

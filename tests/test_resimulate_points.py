@@ -53,3 +53,16 @@ def test_points_can_be_picked_and_bad_input_is_refused(rs, tmp_path, capsys):
         rs.main([str(tmp_path / "missing")])
     assert rs.main([str(tmp_path), "--set", "no-equals-sign"]) == 2
     assert "--set" in capsys.readouterr().err
+
+
+def test_parts_prints_each_large_part_real_then_each_simulation(rs, tmp_path, capsys):
+    _saved_point(tmp_path, slower=1.25)
+    assert rs.main([str(tmp_path), "--parts", "--set", "platform.device_overrides=[{ranks: [0, 1], speed: 0.8}]"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    parts = {line.split()[0]: line.split("|") for line in lines if line.startswith("    ")}
+    assert "forward_backward" in parts and "step" in parts
+    real = float(parts["forward_backward"][0].split()[1])
+    saved, as_is, changed = (float(x) for x in parts["forward_backward"][1].split())
+    # ms with two decimals: the change computes as the "real" run, the saved one 1.25x as fast
+    assert saved == as_is and changed == pytest.approx(real, abs=0.006)
+    assert saved == pytest.approx(real / 1.25, abs=0.006) and saved < real
