@@ -80,12 +80,25 @@ def test_a_slice_is_checked():
     assert CoRunSpec(source="x").slice_s == 0.0
 
 
-def test_a_measurement_too_short_to_see_turns_keeps_processor_sharing(monkeypatch):
-    from simdist.calibrate import time_slice
+def test_the_slice_is_the_median_mean_run_of_the_configurations_with_more_ranks_than_cores():
+    from simdist.calibrate.time_slice import mean_run_s, time_slice_fields
 
-    monkeypatch.setattr(time_slice, "measure_runs", lambda core, duration_s: [0.004, 0.004])
-    fields = time_slice.time_slice_fields(0, 0.01)
-    assert fields["slice_s"] == 0.0 and fields["slice_runs"] == 2 and "too few" in fields["slice_method"]
-    monkeypatch.setattr(time_slice, "measure_runs", lambda core, duration_s: [0.001, 0.004, 0.004, 0.004, 0.003])
-    fields = time_slice.time_slice_fields(0, 0.01)
-    assert fields["slice_s"] == 0.004 and fields["slice_p10_s"] == 0.001 and fields["slice_p90_s"] == 0.004
+    rows = [{"ranks": 1, "cores": 1, "mean_run_s": 0.5}, {"ranks": 2, "cores": 2, "mean_run_s": 0.3},
+            {"ranks": 2, "cores": 1, "mean_run_s": 0.004}, {"ranks": 4, "cores": 1, "mean_run_s": 0.0039},
+            {"ranks": 4, "cores": 2, "mean_run_s": 0.0041}]
+    fields = time_slice_fields(rows)
+    assert fields["slice_s"] == 0.004 and len(fields["slice_runs"]) == 3  # own cores: not the scheduler's slice
+    kept = time_slice_fields([{"ranks": 2, "cores": 2, "mean_run_s": 0.3}, {"ranks": 2, "cores": 1, "mean_run_s": None}])
+    assert kept["slice_s"] == 0.0 and "not measured" in kept["slice_method"]
+    assert mean_run_s((1_000_000, 10), (9_000_000, 12)) == pytest.approx(0.004)
+    assert mean_run_s((1, 10), (5, 10)) is None and mean_run_s(None, (5, 11)) is None
+
+
+def test_a_ranks_own_runs_are_counted_by_the_kernel():
+    from simdist.calibrate.time_slice import schedstat
+
+    reading = schedstat()
+    if reading is None:
+        pytest.skip("no /proc/self/schedstat here")
+    later = schedstat()
+    assert later[0] >= reading[0] > 0 and later[1] >= reading[1] >= 1

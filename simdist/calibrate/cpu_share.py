@@ -40,6 +40,7 @@ from ..training.workload import build_workload
 from .compute_profile import ZOO, cpu_model_name, cpu_training_step, steady_allocator
 from ..fitting import ContentionFit
 from .provenance import make_provenance
+from .time_slice import mean_run_s, schedstat
 
 __all__ = ["available_cores", "measure_contention", "contention_document"]
 
@@ -78,7 +79,8 @@ def _workload(model: str, seed: int, scenario: str | None) -> Any:
 
 
 def _worker(conn, model: str, batch_size: int, seed: int, scenario: str | None = None) -> None:
-    """Child process: wait for (cores, start, duration) and report (steps, elapsed_s, cpu_s)."""
+    """Child process: wait for (cores, start, duration) and report (steps, elapsed_s, cpu_s, its
+    mean run between the scheduler's switches: :mod:`.time_slice`)."""
     torch.set_num_threads(1)
     steady_allocator()
     step = cpu_training_step(_workload(model, seed, scenario), batch_size)
@@ -94,11 +96,11 @@ def _worker(conn, model: str, batch_size: int, seed: int, scenario: str | None =
             os.sched_setaffinity(0, cores)
         while time.monotonic() < start:
             time.sleep(0.0005)
-        steps, begin, cpu = 0, time.monotonic(), time.process_time()
+        steps, begin, cpu, runs = 0, time.monotonic(), time.process_time(), schedstat()
         while time.monotonic() - begin < duration:
             step()
             steps += 1
-        conn.send((steps, time.monotonic() - begin, time.process_time() - cpu))
+        conn.send((steps, time.monotonic() - begin, time.process_time() - cpu, mean_run_s(runs, schedstat())))
 
 
 class _Pool:
@@ -118,18 +120,21 @@ class _Pool:
             if conn.recv() != "ready":
                 raise RuntimeError("a CPU-share worker failed to start")
 
-    def run(self, k: int, cores: list[int], duration_s: float) -> tuple[list[float], float]:
-        """Per-rank seconds per step, and the share of ``cores`` other processes used meanwhile."""
+    def run(self, k: int, cores: list[int], duration_s: float) -> tuple[list[float], float, float | None]:
+        """Per-rank seconds per step, the share of ``cores`` other processes used meanwhile, and the
+        ranks' mean run between switches (None where the kernel does not count them)."""
         start = time.monotonic() + 0.05
         for conn in self.conns[:k]:
             conn.send((cores, start, duration_s))
         before = _busy_s(cores)
         results = [conn.recv() for conn in self.conns[:k]]
         busy = _busy_s(cores) - before
-        wall = max(elapsed for _, elapsed, _ in results)
-        own = sum(cpu for _, _, cpu in results)
+        wall = max(elapsed for _, elapsed, _, _ in results)
+        own = sum(cpu for _, _, cpu, _ in results)
         foreign = 0.0 if math.isnan(busy) else max(0.0, busy - own) / (len(cores) * wall)
-        return [elapsed / max(steps, 1) for steps, elapsed, _ in results], foreign
+        runs = [run for _, _, _, run in results if run is not None]
+        return ([elapsed / max(steps, 1) for steps, elapsed, _, _ in results], foreign,
+                statistics.mean(runs) if runs else None)
 
     def close(self) -> None:
         for conn in self.conns:
@@ -157,16 +162,19 @@ def measure_contention(ranks: Sequence[int] = (1, 2, 4), cores: Sequence[int] | 
     configs = [(k, c) for c in cores for k in ks]
     samples: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in configs}
     foreign: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in configs}
+    runs: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in configs}
     pool = _Pool(max(ks), model, batch_size, seed, scenario)
     try:
         for _ in range(rounds):
             for k, c in configs:
                 for _try in range(retries + 1):  # other processes on our cores spoil a run: repeat it
-                    times, other = pool.run(k, allowed[:c], duration_s)
+                    times, other, run = pool.run(k, allowed[:c], duration_s)
                     if other <= max_foreign:
                         break
                 samples[(k, c)].append(statistics.mean(times))
                 foreign[(k, c)].append(other)
+                if run is not None:
+                    runs[(k, c)].append(run)
     finally:
         pool.close()
     rows = []
@@ -174,7 +182,8 @@ def measure_contention(ranks: Sequence[int] = (1, 2, 4), cores: Sequence[int] | 
         t, alone = float(np.median(samples[(k, c)])), float(np.median(samples[(1, c)]))
         rows.append({"ranks": k, "cores": c, "step_s": t, "alone_s": alone, "slowdown": t / alone,
                      "processor_sharing": max(1.0, k / c), "ratio": t / alone / max(1.0, k / c),
-                     "samples_s": samples[(k, c)], "foreign_load": foreign[(k, c)]})
+                     "samples_s": samples[(k, c)], "foreign_load": foreign[(k, c)],
+                     "mean_run_s": float(np.median(runs[(k, c)])) if runs[(k, c)] else None})
     return rows
 
 

@@ -35,6 +35,8 @@ from typing import Any, Sequence
 
 __all__ = ["TimeSlices"]
 
+_TICK_LATE_S = 1e-9  # ticks fire this much after k * slice_s (the clocks' rounding is far below it)
+
 
 class TimeSlices:
     """Turn-taking on shared core pools with ``slice_s`` (see the module doc)."""
@@ -52,7 +54,8 @@ class TimeSlices:
         self._kept_until: dict[int, float] = {}  # woken rank -> until when ticks leave it its core
         self._ticking: set[int] = set()  # pools with a tick scheduled
         self._idle: set[int] = set()  # ranks that ended their work this instant and still hold their core
-        self._instant_hook = False  # whether the end of this instant is watched for (their release)
+        self._due: set[int] = set()  # pools whose tick is this instant
+        self._instant_hook = False  # whether the end of this instant is watched for (releases, ticks)
 
     def applies_to(self, rank: int) -> bool:
         """Whether ``rank``'s cores take turns (a shared pool with ``slice_s``)."""
@@ -101,7 +104,8 @@ class TimeSlices:
             self._env.timeout(0).callbacks.append(self._instant_end)
 
     def _instant_end(self, _event: Any) -> None:
-        """Once no other event is left at this instant, the ranks still idle give up their cores."""
+        """Once no other event is left at this instant, the ranks still idle give up their cores,
+        then the pools whose tick it is switch (work that ends at a tick ends before it)."""
         env = self._env
         if env.peek() <= env.now:  # more of this instant is to come: look again after it
             env.timeout(0).callbacks.append(self._instant_end)
@@ -114,6 +118,9 @@ class TimeSlices:
             if self._queue[p]:
                 self._resume(p, self._queue[p].popleft())
         self._idle.clear()
+        due, self._due = sorted(self._due), set()
+        for p in due:
+            self._switch(p)
 
     def _longest_running(self, p: int, now: float) -> int | None:
         """The pool's running rank that took its core first, among those that have run (took it
@@ -127,11 +134,16 @@ class TimeSlices:
             return
         period, now = self._slice_s[p], self._env.now
         at = (math.floor(now / period + 1e-9) + 1) * period
-        self._ticking.add(p)
-        self._env.timeout(at - now).callbacks.append(lambda _event: self._tick(p))
+        self._ticking.add(p)  # a nanosecond late: work that ends at the tick, give or take rounding, ends first
+        self._env.timeout(at - now + _TICK_LATE_S).callbacks.append(lambda _event: self._tick(p))
 
     def _tick(self, p: int) -> None:
-        """A scheduler tick: the ranks that have run longest give their cores to the queue's head."""
+        """The pool's tick: it switches once everything else of this instant has happened."""
+        self._due.add(p)
+        self._watch_instant_end()
+
+    def _switch(self, p: int) -> None:
+        """At a tick, the ranks that have run longest give their cores to the queue's head."""
         self._ticking.discard(p)
         now, queue = self._env.now, self._queue[p]
         for _ in range(len(queue)):  # each rank queued at the tick gets a core, if one may switch
