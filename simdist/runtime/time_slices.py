@@ -33,19 +33,19 @@ import math
 from collections import deque
 from typing import Any, Sequence
 
+from .wake_runs import PoolPauses
+
 __all__ = ["TimeSlices"]
 
 _TICK_LATE_S = 1e-9  # ticks fire this much after k * slice_s (the clocks' rounding is far below it)
 
 
-class TimeSlices:
+class TimeSlices(PoolPauses):
     """Turn-taking on shared core pools with ``slice_s`` (see the module doc)."""
 
     def __init__(self, env: Any, network: Any, routes: Sequence[tuple[Any, ...]], pools: Sequence[Any],
                  co_run: dict[int, Any]):
-        self._env, self._network = env, network
-        self._cap = [route[0].index for route in routes]  # each rank's CPU-share cap link
-        self._pools = pools
+        super().__init__(env, network, routes, pools)
         self._slice_s = {index: float(spec.slice_s) for index, spec in co_run.items()
                          if float(getattr(spec, "slice_s", 0.0) or 0.0) > 0}
         self._wake_s = {index: float(getattr(co_run[index], "wake_run_s", 0.0) or 0.0) for index in self._slice_s}
@@ -76,11 +76,11 @@ class TimeSlices:
             return
         victim = self._longest_running(p, now)
         if victim is None:  # every core was taken at this instant or is kept by a woken run: it waits its turn
-            self._pause(rank)
+            self._pause([rank])
             queue.append(rank)
         else:
             del running[victim]
-            self._pause(victim)
+            self._pause([victim])
             queue.appendleft(victim)
             running[rank] = now
             self._kept_until[rank] = now + self._wake_s[p]
@@ -96,7 +96,7 @@ class TimeSlices:
             self._watch_instant_end()
         elif rank in queue:  # its work was cut short while it waited (not done by the runtime today)
             queue.remove(rank)
-            self._unpause(rank)
+            self._resume_paused([rank])
 
     def _watch_instant_end(self) -> None:
         if not self._instant_hook:
@@ -151,21 +151,16 @@ class TimeSlices:
             if victim is None:
                 break  # every core left to switch was taken at this instant or is kept by a woken run
             del self._running[p][victim]
-            self._pause(victim)
+            self._pause([victim])
             queue.append(victim)
             self._resume(p, queue.popleft())
         self._arm_tick(p)
 
     def _resume(self, p: int, rank: int) -> None:
         self._running[p][rank] = self._env.now
-        self._unpause(rank)
+        self._resume_paused([rank])
         self._arm_tick(p)
 
-    def _pause(self, rank: int) -> None:
-        self._network.degrade([self._cap[rank]], 0.0, active=True)
-
-    def _unpause(self, rank: int) -> None:
-        self._network.degrade([self._cap[rank]], 0.0, active=False)
 
 
 def _cores(pool: Any) -> int:

@@ -26,17 +26,31 @@ import itertools
 import math
 from typing import Any, Sequence
 
-__all__ = ["WakeRuns"]
+__all__ = ["PoolPauses", "WakeRuns"]
 
 
-class WakeRuns:
+class PoolPauses:
+    """What a rule over who runs on shared core pools needs: each rank's pool, and pausing a
+    rank (its CPU-share cap to 0 on the flow network) and resuming it."""
+
+    def __init__(self, env: Any, network: Any, routes: Sequence[tuple[Any, ...]], pools: Sequence[Any]):
+        self._env, self._network = env, network
+        self._cap = [route[0].index for route in routes]  # each rank's CPU-share cap link
+        self._pools = pools
+
+    def _pause(self, ranks: Sequence[int]) -> None:
+        self._network.degrade([self._cap[r] for r in ranks], 0.0, active=True)
+
+    def _resume_paused(self, ranks: Sequence[int]) -> None:
+        self._network.degrade([self._cap[r] for r in ranks], 0.0, active=False)
+
+
+class WakeRuns(PoolPauses):
     """Woken ranks running ahead on shared core pools (see the module doc)."""
 
     def __init__(self, env: Any, network: Any, routes: Sequence[tuple[Any, ...]], pools: Sequence[Any],
                  co_run: dict[int, Any]):
-        self._env, self._network = env, network
-        self._cap = [route[0].index for route in routes]  # each rank's CPU-share cap link
-        self._pools = pools
+        super().__init__(env, network, routes, pools)
         self._run_s = {index: float(getattr(spec, "wake_run_s", 0.0) or 0.0) for index, spec in co_run.items()}
         self._working: dict[int, set[int]] = {}  # pool -> ranks with work on its cores now
         self._last_end: dict[int, float] = {}  # rank -> when its latest work on the cores ended
@@ -56,7 +70,7 @@ class WakeRuns:
             token = next(self._tokens)
             self._runs[rank] = (token, paused)
             if paused:
-                self._network.degrade([self._cap[r] for r in paused], 0.0, active=True)
+                self._pause(paused)
             self._env.timeout(run_s).callbacks.append(lambda _event: self._end_run(rank, token))
         working.add(rank)
 
@@ -76,4 +90,4 @@ class WakeRuns:
             return
         del self._runs[rank]
         if run[1]:
-            self._network.degrade([self._cap[r] for r in run[1]], 0.0, active=False)
+            self._resume_paused(run[1])
