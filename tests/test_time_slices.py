@@ -5,6 +5,8 @@ a time, switching at the tick."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import build_platform, busy_spans
 
@@ -102,3 +104,19 @@ def test_a_ranks_own_runs_are_counted_by_the_kernel():
         pytest.skip("no /proc/self/schedstat here")
     later = schedstat()
     assert later[0] >= reading[0] > 0 and later[1] >= reading[1] >= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 30)), min_size=2, max_size=5),
+       st.sampled_from([0.0, 0.001]))
+def test_one_core_is_never_idle_while_a_rank_has_work(jobs, wake_run_s):
+    # starts and works in 0.5 ms units: whatever the turns, a work-conserving core ends the last
+    # piece when a single queue would, and no rank ends before its own work could
+    starts = {rank: start * 5e-4 for rank, (start, _) in enumerate(jobs)}
+    works = {rank: work * 5e-4 for rank, (_, work) in enumerate(jobs)}
+    spans = _run(starts, works, devices=len(jobs), wake_run_s=wake_run_s)
+    busy_until = 0.0
+    for rank in sorted(starts, key=lambda r: starts[r]):
+        busy_until = max(busy_until, starts[rank]) + works[rank]
+    assert max(end for _, end in spans.values()) == pytest.approx(busy_until, abs=1e-8)
+    assert all(spans[r][1] >= starts[r] + works[r] - 1e-9 for r in starts)
