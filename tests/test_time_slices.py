@@ -120,3 +120,10 @@ def test_one_core_is_never_idle_while_a_rank_has_work(jobs, wake_run_s):
         busy_until = max(busy_until, starts[rank]) + works[rank]
     assert max(end for _, end in spans.values()) == pytest.approx(busy_until, abs=1e-8)
     assert all(spans[r][1] >= starts[r] + works[r] - 1e-9 for r in starts)
+
+
+def test_a_part_of_a_core_counts_as_one_so_none_of_the_pool_idles_while_ranks_queue():
+    # 1.5 cores, three ranks of 3 ms each: two run at 0.75 core each (not one at a whole core, half a
+    # core idle) and are done at 4 ms; then the third runs alone, at most one core: 3 ms more
+    spans = _run({r: 0.0 for r in range(3)}, {r: 0.003 for r in range(3)}, devices=3, cores=1.5)
+    assert sorted(end for _, end in spans.values()) == pytest.approx([0.004, 0.004, 0.007])

@@ -11,8 +11,8 @@ showed 2–3 ms of such waiting per step, which processor sharing cannot produce
 :class:`TimeSlices` runs that rule on the shared core pools of a simulation whose
 ``node.co_run.slice_s`` is set (``simdist calibrate cpu-share`` measures it):
 
-* a pool runs at most as many ranks at a time as it has whole cores; the others wait in a
-  queue with their CPU-share cap at 0;
+* a pool runs at most as many ranks at a time as it has cores (a part of one counts as one);
+  the others wait in a queue with their CPU-share cap at 0;
 * at every tick (instants ``k * slice_s``) the ranks that have run longest hand their cores to
   the head of the queue and join its back;
 * a rank that starts work while every core is taken preempts the one that has run longest
@@ -164,5 +164,6 @@ class TimeSlices(PoolPauses):
 
 
 def _cores(pool: Any) -> int:
-    """How many ranks a pool runs at once: its whole cores (at least one)."""
-    return max(1, int(pool.bandwidth_Bps + 1e-9))
+    """How many ranks a pool runs at once: its cores, a part of one counting as one (1.5 cores run
+    two ranks, sharing the pool's capacity, so that no part of a core idles while ranks queue)."""
+    return max(1, math.ceil(pool.bandwidth_Bps - 1e-9))
