@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import build_platform, busy_spans
+from conftest import build_platform, build_world, busy_spans
 
 SLICE = 0.004
 
@@ -127,3 +127,31 @@ def test_a_part_of_a_core_counts_as_one_so_none_of_the_pool_idles_while_ranks_qu
     # core idle) and are done at 4 ms; then the third runs alone, at most one core: 3 ms more
     spans = _run({r: 0.0 for r in range(3)}, {r: 0.003 for r in range(3)}, devices=3, cores=1.5)
     assert sorted(end for _, end in spans.values()) == pytest.approx([0.004, 0.004, 0.007])
+
+
+def test_work_a_rank_starts_beside_its_own_runs_and_waits_with_it():
+    # rank 0 starts 10 ms of work at 0 and 2 ms more at 1 ms, without waiting for the first; rank 1 has
+    # 10 ms from 0. Rank 0 holds the core to the tick at 4 ms (1 ms of the long piece alone, then the
+    # two share its core: 1.5 ms each), rank 1 runs 4-8 ms, rank 0 8-12 (the short piece's last 0.5 ms
+    # at half speed, to 9 ms; the long one has 4 ms left), rank 1 12-16, rank 0 16-20, rank 1 20-22
+    world = build_world(2, platform=build_platform("laptop-cpu", node={
+        "devices": 2, "cores": 1, "co_run": {"slice_s": SLICE, "wake_run_s": 0.0, "source": "test"}}))
+    ends = {}
+
+    def rank0():
+        first = world.busy(0, 0.010, "update")
+        yield world.env.timeout(0.001)
+        second = world.busy(0, 0.002, "update")
+        yield second.event
+        ends["0 short"] = world.env.now
+        yield first.event
+        ends["0 long"] = world.env.now
+
+    def rank1():
+        yield world.busy(1, 0.010, "update").event
+        ends["1"] = world.env.now
+
+    world.env.process(rank0())
+    world.env.process(rank1())
+    world.env.run(until=1.0)  # a rank stuck paused would leave its ends missing, not hang the test
+    assert ends == pytest.approx({"0 short": 0.009, "0 long": 0.020, "1": 0.022})

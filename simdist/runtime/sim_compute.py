@@ -56,6 +56,7 @@ class ComputeExecution:
         self._slices = None if cores is None else TimeSlices(self.env, cores.network, cores.routes, cores.pools,
                                                               cores.co_run)
         self._computing_in_pool: dict[int, int] = {}  # core pool (link index) -> its ranks computing now
+        self._pieces_of: dict[int, int] = {}  # rank -> its pieces of work on shared cores now (they may overlap)
         self._co_run_windows: dict[int, float | None] = {}  # core pool -> the co-run factor applied to it now
         self.data_loading: Any = None  # what a batch costs before compute (simdist.training.data_loading); None: free
         self.epoch_end: Any = None  # validation and checkpoint at epoch ends (simdist.training.epoch_end); None: none
@@ -213,7 +214,9 @@ class ComputeExecution:
         cap, pool = self.platform.devices[rank].cpus or 1.0, self._cores.pools[rank]
         if pool is None:
             return cap
-        self._turns(rank).enter(rank)
+        self._pieces_of[rank] = self._pieces_of.get(rank, 0) + 1
+        if self._pieces_of[rank] == 1:  # the rank starts having work: who runs when is the pool's rule
+            self._turns(rank).enter(rank)
         busy = self._computing_in_pool.get(pool.index, 0) + 1
         self._computing_in_pool[pool.index] = busy
         factor = self._co_running(pool, busy)
@@ -222,7 +225,9 @@ class ComputeExecution:
     def _leave_pool(self, rank: int) -> None:
         pool = self._cores.pools[rank]
         if pool is not None:
-            self._turns(rank).leave(rank)
+            self._pieces_of[rank] -= 1
+            if not self._pieces_of[rank]:  # its last piece ended
+                self._turns(rank).leave(rank)
             self._computing_in_pool[pool.index] -= 1
             self._co_running(pool, self._computing_in_pool[pool.index])
 
