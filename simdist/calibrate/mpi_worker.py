@@ -33,7 +33,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import cache_evictor, cache_flush_bytes, logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import (cache_evictor, cache_flush_bytes, drained_overheads, logp_overheads, pair_repetitions,
+                           repetitions, sweep)
 
 __all__ = ["DEFAULT_SIZES", "main"]
 
@@ -69,14 +70,17 @@ COLD_MESSAGES = 64  # small messages timed with cold caches (each after a write 
 
 
 def _overheads(comm, peer: int, count: int = 2000, size: int = 8,
-               before_each: Callable[[], None] | None = None) -> dict[str, float] | None:
+               before_each: Callable[[], None] | None = None, drained: bool = False) -> dict[str, float] | None:
     """LogP overheads of ``Isend`` (the call returns once the eager message is buffered) and of a
-    ``Recv`` of a message already there, between rank 0 and ``peer`` (:func:`.sweep_timing.logp_overheads`)."""
+    ``Recv`` of a message already there, between rank 0 and ``peer`` (:func:`.sweep_timing.logp_overheads`;
+    ``drained``: each message taken in before the next, :func:`.sweep_timing.drained_overheads`)."""
     buf = np.zeros(size, dtype=np.uint8)
-    return logp_overheads(comm, peer, post=lambda: comm.Isend([buf, size], dest=peer, tag=_TAG + 2),
-                          settle=lambda requests: [request.Wait() for request in requests],
-                          receive=lambda: comm.Recv([buf, size], source=0, tag=_TAG + 2),
-                          count=count, size=size, tag=_TAG + 3, before_each=before_each)
+    calls = dict(post=lambda: comm.Isend([buf, size], dest=peer, tag=_TAG + 2),
+                 settle=lambda requests: [request.Wait() for request in requests],
+                 receive=lambda: comm.Recv([buf, size], source=0, tag=_TAG + 2), count=count, size=size, tag=_TAG + 3)
+    if drained:
+        return drained_overheads(comm, peer, **calls)
+    return logp_overheads(comm, peer, **calls, before_each=before_each)
 
 
 def cold_state(after_compute: str | None) -> tuple[Callable[[], None], dict[str, Any]]:
@@ -107,6 +111,15 @@ def _cold_overheads(overheads_of, peer: int, cold: tuple[Callable[[], None], dic
     before_each, described = cold
     timed = overheads_of(peer, count=COLD_MESSAGES, size=8, before_each=before_each)
     return None if timed is None else {**timed, **described}
+
+
+def _per_byte_overheads(overheads_of, peer: int) -> dict[str, Any] | None:
+    """The overheads of large messages and, as their ``baseline``, of small ones, each message
+    taken in before the next is posted, as in a run (:func:`.sweep_timing.drained_overheads`):
+    the rise per byte between the two is LogGOPS ``O`` (:func:`.overlay.per_byte_overheads`)."""
+    small = overheads_of(peer, count=PER_BYTE_MESSAGES, size=8, drained=True)
+    large = overheads_of(peer, count=PER_BYTE_MESSAGES, size=PER_BYTE_SIZE, drained=True)
+    return None if large is None else {**large, "baseline": small}
 
 
 CALL_TURNS, COLD_CALL_TURNS = 2000, 64  # driver turns timed with warm caches, and each after a cache flush
@@ -213,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank in (0, peer):
             rows = pingpong_of(peer, sizes, args.budget_s, args.batches)
             overheads = overheads_of(peer)
-            large = overheads_of(peer, count=PER_BYTE_MESSAGES, size=PER_BYTE_SIZE)  # LogGOPS O: the slope
+            large = _per_byte_overheads(overheads_of, peer)  # LogGOPS O: the slope
             cold = _cold_overheads(overheads_of, peer, cold_calls)  # o_s, o_r of the first call after compute
             if rank == 0:
                 overheads["large"], overheads["cold"] = large, cold

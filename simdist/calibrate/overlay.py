@@ -182,8 +182,12 @@ def apply_overheads(link: LinkFit, overheads: dict[str, Any] | None) -> None:
     if per_byte:
         messages.update(per_byte)
         large = overheads["large"]
+        drained = " each taken in before the next was posted," if large.get("drained") else ""
+        baseline = large.get("baseline")
+        less = (f"less those of {baseline['messages']} such messages of {baseline['size_bytes']} B"
+                if baseline else "less the small ones'")
         measured += (f"; per-byte overheads (LogGOPS O): the same medians for {large['messages']} messages of "
-                     f"{large['size_bytes']} B, less the small ones', per byte")
+                     f"{large['size_bytes']} B,{drained} {less}, per byte")
     messages["source"] = "; ".join(filter(None, [messages.get("source"), measured]))
     link.messages = messages
 
@@ -193,14 +197,18 @@ def per_byte_overheads(overheads: dict[str, Any]) -> dict[str, float]:
 
     Each is the rise of the median call time per byte between the two sizes, where positive: a
     send call that only posts a large message (rendezvous, copied later by the transfer) costs
-    no more than a small one, and gets no per-byte overhead. Empty without a large measurement.
+    no more than a small one, and gets no per-byte overhead. The small messages are the large
+    ones' ``baseline``, measured the same way (each taken in before the next is posted,
+    :func:`.sweep_timing.drained_overheads`), where the document has one; else the stream of
+    small messages the LogP overheads come from. Empty without a large measurement.
     """
     large = overheads.get("large")
-    if not large or large["size_bytes"] <= overheads["size_bytes"]:
+    small = (large or {}).get("baseline") or overheads
+    if not large or large["size_bytes"] <= small["size_bytes"]:
         return {}
-    extra_bytes = large["size_bytes"] - overheads["size_bytes"]
-    slopes = {"send_overhead_per_byte": (large["send_overhead_s"] - overheads["send_overhead_s"]) / extra_bytes,
-              "recv_overhead_per_byte": (large["recv_overhead_s"] - overheads["recv_overhead_s"]) / extra_bytes}
+    extra_bytes = large["size_bytes"] - small["size_bytes"]
+    slopes = {"send_overhead_per_byte": (large["send_overhead_s"] - small["send_overhead_s"]) / extra_bytes,
+              "recv_overhead_per_byte": (large["recv_overhead_s"] - small["recv_overhead_s"]) / extra_bytes}
     return {name: float(slope) for name, slope in slopes.items() if slope > 0}
 
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import drained_overheads, logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["RuntimePath"]
 
@@ -89,15 +89,18 @@ class RuntimePath:
         return sweep(sizes, timed, decide, budget_s, batches)
 
     def overheads(self, peer: int, count: int = 2000, size: int = 8,
-                  before_each: Callable[[], None] | None = None) -> dict[str, float] | None:
+                  before_each: Callable[[], None] | None = None, drained: bool = False) -> dict[str, float] | None:
         """LogP overheads of the runtime's send and receive between rank 0 and ``peer`` (rank 0 sends;
-        :func:`.sweep_timing.logp_overheads`)."""
+        :func:`.sweep_timing.logp_overheads`; ``drained``: each message taken in before the next,
+        :func:`.sweep_timing.drained_overheads`)."""
         rt, driver = self.rt, self.driver
         payload = self.torch.zeros(size, dtype=self.torch.uint8)
-        return logp_overheads(self.world.comm, peer, post=lambda: rt.send(peer, payload, _TAG + 2),
-                              settle=lambda _sends: self._forget(),  # buffered: complete at the call
-                              receive=lambda: driver.wait(rt.recv(0, _TAG + 2)),
-                              count=count, size=size, tag=_TAG + 3, before_each=before_each)
+        calls = dict(post=lambda: rt.send(peer, payload, _TAG + 2),
+                     settle=lambda _sends: self._forget(),  # buffered: complete at the call
+                     receive=lambda: driver.wait(rt.recv(0, _TAG + 2)), count=count, size=size, tag=_TAG + 3)
+        if drained:
+            return drained_overheads(self.world.comm, peer, **calls)
+        return logp_overheads(self.world.comm, peer, **calls, before_each=before_each)
 
     def allreduce(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
         """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""

@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "cache_evictor", "cache_flush_bytes"]
+__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "drained_overheads", "cache_evictor",
+           "cache_flush_bytes"]
 
 
 def cache_flush_bytes(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
@@ -119,4 +120,45 @@ def logp_overheads(comm: Any, peer: int, post: Callable[[], Any], settle: Callab
         receive()
         receives.append(time.perf_counter() - start)
     comm.send(float(np.median(receives)), dest=0, tag=tag + 1)
+    return None
+
+
+ARRIVAL_PAUSE_S = 0.002  # the receiver's pause after a message's notice: it has arrived (or announced itself)
+
+
+def drained_overheads(comm: Any, peer: int, post: Callable[[], Any], settle: Callable[[list], None],
+                      receive: Callable[[], None], *, count: int, size: int, tag: int) -> dict[str, float] | None:
+    """Send and receive overheads between rank 0 and ``peer``, each message taken in before the next is posted.
+
+    That is a run's state: a step's messages are received before the next step sends again, so
+    the library has nothing else pending and a buffered send reuses the space the last one
+    freed. A stream of large messages that nobody takes in (:func:`logp_overheads`) is another
+    state: every copy goes to buffer space not used before and every call looks at all the
+    sends still pending. On this project's 2-core host a 1 MiB send through simdist's runtime
+    costs 0.44–0.83 ms in such a stream and 0.18 ms drained; a run's 340 KB sends cost 0.2–0.36
+    ms, right after a forward/backward. Rank 0 times each ``post()``, tells ``peer``,
+    ``settle``s it and waits for ``peer`` to have timed its ``receive()`` (after
+    :data:`ARRIVAL_PAUSE_S`: the message is there). Medians; None on ``peer``.
+    """
+    if comm.Get_rank() == 0:
+        posts = []
+        for _ in range(count):
+            start = time.perf_counter()
+            handle = post()
+            posts.append(time.perf_counter() - start)
+            comm.send(None, dest=peer, tag=tag)
+            settle([handle])
+            comm.recv(source=peer, tag=tag + 1)
+        recv_s = comm.recv(source=peer, tag=tag + 2)
+        return {"send_overhead_s": float(np.median(posts)), "recv_overhead_s": recv_s, "size_bytes": size,
+                "messages": count, "drained": True}
+    receives = []
+    for _ in range(count):
+        comm.recv(source=0, tag=tag)
+        time.sleep(ARRIVAL_PAUSE_S)
+        start = time.perf_counter()
+        receive()
+        receives.append(time.perf_counter() - start)
+        comm.send(None, dest=0, tag=tag + 1)
+    comm.send(float(np.median(receives)), dest=0, tag=tag + 2)
     return None
