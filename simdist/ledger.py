@@ -8,7 +8,8 @@ serves both and the two ledgers compare part by part.
 
 Steps. A rank's step *k* runs from the start of its *k*-th step-opening span to the start of
 the next: a worker's forward/backward; for a rank that never computes one (a parameter
-server), its update work. Time before the first opener (start-up, the first broadcast)
+server), its update work (not the simulated runtime's turns between requests, which a real
+run has no span for: a server's step is one update in both). Time before the first opener (start-up, the first broadcast)
 belongs to step 0; the last step ends with the rank's last span. Blocking spans of a rank
 never overlap, so every span falls inside one step.
 
@@ -121,7 +122,8 @@ def _step_starts(spans: pd.DataFrame) -> pd.DataFrame:
     """Per rank and step: ``rank, step, start_s, step_s`` (the first step starts at 0, the last
     ends with the rank's last span)."""
     fb = _with_its_data(spans, spans[(spans["kind"] == "compute") & (spans["name"] == _OPENER)])
-    others = spans[~spans["rank"].isin(fb["rank"].unique()) & (spans["part"] == "update")]
+    others = spans[~spans["rank"].isin(fb["rank"].unique()) & (spans["part"] == "update")
+                   & (spans["name"] != CALL_SPAN)]  # the runtime's turns are between an update's requests
     openers = pd.concat([fb, others])[["rank", "start_s"]].sort_values(["rank", "start_s"], kind="stable")
     alone = np.setdiff1d(spans["rank"].unique(), openers["rank"].unique())
     openers = pd.concat([openers, pd.DataFrame({"rank": alone, "start_s": 0.0})], ignore_index=True)

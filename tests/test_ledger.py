@@ -80,6 +80,22 @@ def test_a_server_s_steps_are_its_updates():
     assert ledger["step_s"].tolist() == [2.0, 0.5] and ledger["update"].tolist() == [0.5, 0.5]
 
 
+def test_a_simulated_server_s_turns_between_requests_do_not_open_steps():
+    # a real run has no span for the runtime's turn (it is uncovered time there): a server's step is one update
+    # in both runtimes, so the two ledgers compare step for step
+    ledger = ledger_table(_spans([
+        (3, "compute", "runtime call", 0.0, 0.01, True),
+        (3, "compute", "apply", 0.01, 0.5, True),
+        (3, "compute", "runtime call", 0.5, 0.51, True),
+        (3, "wait", "recv", 0.51, 1.0, True),
+        (3, "compute", "runtime call", 1.0, 1.01, True),
+        (3, "compute", "apply", 1.01, 1.5, True),
+        (3, "compute", "runtime call", 1.5, 1.51, True),
+    ]))
+    assert ledger["step_s"].tolist() == pytest.approx([1.01, 0.5])
+    assert ledger["update"].tolist() == pytest.approx([0.52, 0.5])  # the turns around the first apply included
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS.names()))
 def test_every_algorithm_s_steps_add_up_and_charge_their_parts(algorithm):
     result = simulate(tiny_scenario(algorithm))
