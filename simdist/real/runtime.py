@@ -211,12 +211,12 @@ class MPIWorld(PointToPoint):
             raise SimulationError(f"unknown collective {kind!r}")
         request = CollectiveRequest(kind, requests, latest, finish, (arrival, keep))
         request.blocking, request.issued_s = blocking, float(arrival[0])
-        # converting the tensor and posting the operations is this rank's CPU time in the collective
-        self.span("comm", OVERHEAD_SPAN, request.issued_s, self.now())
         request.span_args = {"bytes": int(payload_nbytes(tensor)) if isinstance(tensor, torch.Tensor) else 0,
                              "group_size": group.size, **({} if blocking else {"nonblocking": True})}
         self._collectives.append(request)  # buffers must outlive the operation, even one abandoned at a stop
         self._collectives = [r for r in self._collectives if not r.done]
+        # the whole call (converting the tensor, posting the operations) is this rank's CPU time in the collective
+        self.span("comm", OVERHEAD_SPAN, request.issued_s, self.now())
         return request
 
     # -- control ---------------------------------------------------------------------------
