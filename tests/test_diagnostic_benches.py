@@ -1,0 +1,80 @@
+"""benchmarks/message_anatomy.py and benchmarks/work_after_idle.py: what they compute, and their bad arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def anatomy():
+    return load_benchmark("message_anatomy")
+
+
+@pytest.fixture(scope="module")
+def after_idle():
+    return load_benchmark("work_after_idle")
+
+
+def _span(tid, name, ts, dur, cat="comm", **args):
+    return {"ph": "X", "tid": tid, "name": name, "ts": ts, "dur": dur, "cat": cat, "args": args}
+
+
+EVENTS = [
+    # the server (rank 2) sends 400 kB to worker 0, which was waiting: its call 100 µs, the receive's comm 300 µs
+    _span(2, "message overhead", 1000.0, 100.0),
+    _span(0, "recv", 1000.0, 300.0, bytes=400_000, src=2),
+    # worker 1 pushes to the server, which was waiting: call 50 µs, comm 250 µs
+    _span(1, "message overhead", 2000.0, 50.0),
+    _span(2, "recv", 2000.0, 250.0, bytes=400_000, src=1),
+    # a receive whose message lay unread (its comm starts later than the send): not counted
+    _span(1, "message overhead", 3000.0, 50.0),
+    _span(2, "recv", 3500.0, 100.0, bytes=400_000, src=1),
+    # a small message: below --min-bytes
+    _span(2, "message overhead", 4000.0, 10.0),
+    _span(1, "recv", 4000.0, 20.0, bytes=8, src=2),
+]
+
+
+def test_a_receive_splits_into_its_sender_s_call_and_the_rest(anatomy):
+    rows = anatomy.message_rows(EVENTS, min_bytes=65536)
+    assert rows[["src", "dst", "comm_us", "call_us"]].values.tolist() == [[2, 0, 300.0, 100.0], [1, 2, 250.0, 50.0]]
+    table = anatomy.anatomy(rows, workers={0, 1}).set_index("direction")
+    assert table.loc["server -> worker", "rest_median"] == 200.0 and table.loc["worker -> server", "call_median"] == 50.0
+    assert anatomy.direction(0, 1, {0, 1}) == "worker -> worker"
+
+
+def test_the_script_prints_real_and_simulated_rows(anatomy, tmp_path, capsys):
+    for run in ("real", "sim"):
+        d = tmp_path / "point" / "validate" / run
+        d.mkdir(parents=True)
+        (d / "trace.json").write_text(json.dumps({"traceEvents": EVENTS}))
+        (d / "workers.csv").write_text("worker\n0\n1\n")
+    assert anatomy.main([str(tmp_path / "point")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("server -> worker") == 2 and out.count("worker -> server") == 2
+
+
+@pytest.mark.parametrize("argv", [["/nonexistent"], ["a", "b", "c"], [".", "--min-bytes", "-1"]])
+def test_message_anatomy_bad_arguments_exit_2(anatomy, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        anatomy.main(argv)
+    assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def test_work_is_timed_after_idling_and_compared_with_back_to_back(after_idle):
+    calls = []
+    median = after_idle.timed_after_idle(lambda: calls.append(1), idle_s=0.002, sleep_s=0.0005, repeats=3)
+    assert len(calls) == 6 and median >= 0  # each timed run follows an untimed one
+    assert after_idle.ratios({0.0: 2e-6, 10.0: 6e-6}) == pytest.approx({0.0: 1.0, 10.0: 3.0})
+
+
+@pytest.mark.parametrize("argv", [["--idle-ms", "x"], ["--idle-ms", "-1"], ["--repeats", "0"], ["--sleep-us", "0"],
+                                  ["--scenario", "/nonexistent.yaml"]])
+def test_work_after_idle_bad_arguments_exit_2(after_idle, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        after_idle.main(argv)
+    assert exc.value.code == 2 and "error" in capsys.readouterr().err
