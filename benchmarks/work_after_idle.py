@@ -16,7 +16,10 @@ This script measures that dependence on one process with one torch thread: the z
 of the vector (``pack``), and one forward/backward at the batch size, each timed right after
 the process idled ``ms`` milliseconds in sleeps of ``--sleep-us``, and after the same work
 done once untimed (so 0 ms is back to back). Printed per idle time: the median of
-``--repeats`` of each, in µs, and its ratio to the 0 ms median.
+``--repeats`` of each, in µs, and its ratio to the 0 ms median. Then, for the two short works,
+what ``--runs`` runs in a row right after the idle cost beyond back to back: the first run's
+extra and all of theirs together. Where they are about equal, the extra is a one-off refill of
+what the idle evicted, paid by the first work that touches it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,26 @@ def timed_after_idle(work: Callable[[], None], idle_s: float, sleep_s: float, re
     return statistics.median(times)
 
 
+def extra_after_idle(work: Callable[[], None], idle_s: float, sleep_s: float, repeats: int, runs: int,
+                     warm_s: float) -> tuple[float, float]:
+    """What ``runs`` runs of ``work`` in a row right after idling ``idle_s`` cost beyond ``warm_s``
+    each (its back-to-back time): (the first run's extra, all ``runs``' extra), medians over
+    ``repeats`` position by position. Where the extra is a refill of what the idle evicted,
+    the first run pays nearly all of it."""
+    timed = []
+    for _ in range(repeats):
+        work()
+        idle(idle_s, sleep_s)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - start)
+        timed.append(times)
+    extras = [statistics.median(column) - warm_s for column in zip(*timed)]
+    return extras[0], sum(extras)
+
+
 def ratios(medians: dict[float, float]) -> dict[float, float]:
     """Each idle time's median over the median at the shortest idle time measured."""
     base = medians[min(medians)]
@@ -76,6 +99,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per work and idle time (default 30)")
     parser.add_argument("--sleep-us", type=float, default=50.0, help="length of each sleep while idling, µs (default 50)")
     parser.add_argument("--model", default="mlp", choices=sorted(ZOO), help="zoo model (default mlp)")
+    parser.add_argument("--runs", type=int, default=20,
+                        help="short works timed in a row after each idle, for the extra they pay together (default 20)")
     parser.add_argument("--scenario", help="a scenario file: its model, dataset and optimizer instead of --model's")
     parser.add_argument("--batch-size", type=int, default=2048, help="samples per forward/backward (default 2048)")
     args = parser.parse_args(argv)
@@ -85,8 +110,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args.idle = sorted({float(v) for v in args.idle_ms.split(",") if v.strip()})
     except ValueError:
         parser.error(f"--idle-ms: comma-separated milliseconds, got {args.idle_ms!r}")
-    if not args.idle or args.idle[0] < 0 or args.repeats < 1 or args.sleep_us <= 0 or args.batch_size < 1:
-        parser.error("need --idle-ms >= 0 (at least one), --repeats >= 1, --sleep-us > 0 and --batch-size >= 1")
+    if not args.idle or args.idle[0] < 0 or min(args.repeats, args.runs, args.batch_size) < 1 or args.sleep_us <= 0:
+        parser.error("need --idle-ms >= 0 (at least one), --repeats, --runs and --batch-size >= 1 and --sleep-us > 0")
     return args
 
 
@@ -106,6 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"idle {idle_ms:6.1f} ms: " + "   ".join(cells), flush=True)
     for name, by_idle in medians.items():
         print(f"# {name}: " + "  ".join(f"{idle_ms:g} ms x{r:.2f}" for idle_ms, r in ratios(by_idle).items()))
+    print(f"# the short works' extra over back to back, µs: the first run after the idle / the first {args.runs} "
+          "runs in a row together")
+    for name in ("update", "pack"):
+        warm = medians[name][min(args.idle)]
+        cells = []
+        for idle_ms in args.idle:
+            first, total = extra_after_idle(works[name], idle_ms / 1e3, args.sleep_us / 1e6, args.repeats, args.runs, warm)
+            cells.append(f"{idle_ms:g} ms {first * 1e6:+.0f} / {total * 1e6:+.0f}")
+        print(f"# {name}: " + "  ".join(cells), flush=True)
     return 0
 
 

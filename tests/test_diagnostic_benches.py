@@ -72,8 +72,16 @@ def test_work_is_timed_after_idling_and_compared_with_back_to_back(after_idle):
     assert after_idle.ratios({0.0: 2e-6, 10.0: 6e-6}) == pytest.approx({0.0: 1.0, 10.0: 3.0})
 
 
+def test_the_extra_after_an_idle_is_summed_over_the_runs_that_follow(after_idle):
+    calls = []
+    first, total = after_idle.extra_after_idle(lambda: calls.append(1), idle_s=0.0, sleep_s=0.001, repeats=2, runs=3,
+                                               warm_s=1.0)  # a warm time far above these runs' own
+    assert len(calls) == 2 * (1 + 3)  # each repeat: one untimed run, then the timed ones in a row
+    assert -1.0 < first < 0 and -3.0 < total < 0 and total < first
+
+
 @pytest.mark.parametrize("argv", [["--idle-ms", "x"], ["--idle-ms", "-1"], ["--repeats", "0"], ["--sleep-us", "0"],
-                                  ["--scenario", "/nonexistent.yaml"]])
+                                  ["--runs", "0"], ["--scenario", "/nonexistent.yaml"]])
 def test_work_after_idle_bad_arguments_exit_2(after_idle, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         after_idle.main(argv)
