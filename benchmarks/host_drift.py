@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from simdist.calibrate.compute_profile import ZOO, cpu_training_step
-from simdist.calibrate.cpu_share import _workload
+from simdist.calibrate.cpu_share import stepped_workload
 from simdist.calibrate.timed_steps import steady_allocator
 
 BLOCK = 10  # windows per block mean
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     torch.set_num_threads(1)
     steady_allocator()  # as calibrate compute and the real runs' workers
-    step = cpu_training_step(_workload(args.model, 0, None), args.batch_size)
+    step = cpu_training_step(stepped_workload(args.model, 0, None), args.batch_size)
     for _ in range(3):
         step()
     print(f"# {args.model} at batch {args.batch_size}, one torch thread, {args.seconds:g} s in windows of "

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from simdist.calibrate.compute_profile import ZOO, cpu_training_step
-from simdist.calibrate.cpu_share import _workload, measure_contention
+from simdist.calibrate.cpu_share import measure_contention, stepped_workload
 from simdist.calibrate.time_slice import time_slice_fields
 from simdist.calibrate.wake_run import measure_wake_run, wake_run_s
 from simdist.platform.compute import ComputeModel, ModelTiming
@@ -44,7 +44,7 @@ def _worker(core: int, steps: Sequence[int], repeats: int, model: str, batch_siz
             out: Any) -> None:
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
-    step = cpu_training_step(_workload(model, 0, None), batch_size)
+    step = cpu_training_step(stepped_workload(model, 0, None), batch_size)
     for _ in range(3):
         step()
     ends, cpus = [], []

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import torch
 
 from simdist.calibrate.compute_profile import ZOO, cpu_training_step
-from simdist.calibrate.cpu_share import _workload
+from simdist.calibrate.cpu_share import stepped_workload
 from simdist.calibrate.timed_steps import steady_allocator
 from simdist.training.replica import Replica
 
@@ -85,7 +85,7 @@ def ratios(medians: dict[float, float]) -> dict[float, float]:
 
 
 def _works(model: str, batch_size: int, scenario: str | None) -> dict[str, Callable[[], None]]:
-    workload = _workload(model, 0, scenario)
+    workload = stepped_workload(model, 0, scenario)
     replica = Replica(workload.initial_params().detach().clone().float(), workload.optimizer)
     grad = torch.randn(workload.param_count) * 1e-3
     out = torch.empty_like(grad)

@@ -42,7 +42,7 @@ from ..fitting import ContentionFit
 from .provenance import make_provenance
 from .time_slice import mean_run_s, schedstat
 
-__all__ = ["available_cores", "measure_contention", "contention_document"]
+__all__ = ["available_cores", "measure_contention", "contention_document", "stepped_workload"]
 
 
 def available_cores() -> list[int]:
@@ -67,9 +67,9 @@ def _busy_s(cores: Sequence[int]) -> float:
     return total / ticks
 
 
-def _workload(model: str, seed: int, scenario: str | None) -> Any:
+def stepped_workload(model: str, seed: int, scenario: str | None) -> Any:
     """The workload a worker steps: a zoo model's, or a scenario's own (its model, dataset shape,
-    optimizer and seed, as the simulator builds them)."""
+    optimizer and seed, as the simulator builds them). The host benchmarks step the same."""
     if scenario is not None:
         from .compute_scenario import plan_scenario
 
@@ -83,7 +83,7 @@ def _worker(conn, model: str, batch_size: int, seed: int, scenario: str | None =
     mean run between the scheduler's switches: :mod:`.time_slice`)."""
     torch.set_num_threads(1)
     steady_allocator()
-    step = cpu_training_step(_workload(model, seed, scenario), batch_size)
+    step = cpu_training_step(stepped_workload(model, seed, scenario), batch_size)
     for _ in range(3):
         step()
     conn.send("ready")
