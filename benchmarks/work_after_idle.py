@@ -1,7 +1,7 @@
 """Work right after a rank idled: how much slower than the same work back to back?
 
     python benchmarks/work_after_idle.py [--idle-ms 0,1,3,10,30] [--repeats 30] [--sleep-us 50]
-                                         [--model mlp | --scenario FILE] [--batch-size 2048]
+                                         [--runs 20] [--model mlp | --scenario FILE] [--batch-size 2048]
 
 A rank of a real run that waits sleeps in short sleeps between tests (simdist's runtime: 50 µs
 at first, doubling to 1 ms where ranks share cores). What it does when the wait ends (a
@@ -12,8 +12,9 @@ step (``calibrate compute``'s ops, ``calibrate network``'s calls after compute);
 depends on how long the rank idled before.
 
 This script measures that dependence on one process with one torch thread: the zoo model's
-(or ``--scenario``'s model, dataset and optimizer) optimizer step on its flat parameter vector (the ``update`` op every algorithm applies), a copy
-of the vector (``pack``), and one forward/backward at the batch size, each timed right after
+(or ``--scenario``'s model, dataset and optimizer) optimizer step on its flat parameter
+vector (the ``update`` op every algorithm applies), a copy of the vector (``pack``), and one
+forward/backward at the batch size, each timed right after
 the process idled ``ms`` milliseconds in sleeps of ``--sleep-us``, and after the same work
 done once untimed (so 0 ms is back to back). Printed per idle time: the median of
 ``--repeats`` of each, in µs, and its ratio to the 0 ms median. Then, for the two short works,
@@ -97,7 +98,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle-ms", default="0,1,3,10,30", help="idle times before the work, ms (default 0,1,3,10,30)")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per work and idle time (default 30)")
-    parser.add_argument("--sleep-us", type=float, default=50.0, help="length of each sleep while idling, µs (default 50)")
+    parser.add_argument("--sleep-us", type=float, default=50.0,
+                        help="length of each sleep while idling, µs (default 50)")
     parser.add_argument("--model", default="mlp", choices=sorted(ZOO), help="zoo model (default mlp)")
     parser.add_argument("--runs", type=int, default=20,
                         help="short works timed in a row after each idle, for the extra they pay together (default 20)")
@@ -120,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     steady_allocator()  # as calibrate compute and the real runs' workers
     works = _works(args.model, args.batch_size, args.scenario)
-    print(f"# {args.scenario or args.model} (batch {args.batch_size}), one torch thread: median µs of each work right after idling, "
+    print(f"# {args.scenario or args.model} (batch {args.batch_size}), one torch thread: "
+          "median µs of each work right after idling, "
           f"in sleeps of {args.sleep_us:g} µs; x = over the shortest idle")
     medians = {name: {} for name in works}
     for idle_ms in args.idle:
@@ -137,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm = medians[name][min(args.idle)]
         cells = []
         for idle_ms in args.idle:
-            first, total = extra_after_idle(works[name], idle_ms / 1e3, args.sleep_us / 1e6, args.repeats, args.runs, warm)
+            first, total = extra_after_idle(works[name], idle_ms / 1e3, args.sleep_us / 1e6, args.repeats,
+                                            args.runs, warm)
             cells.append(f"{idle_ms:g} ms {first * 1e6:+.0f} / {total * 1e6:+.0f}")
         print(f"# {name}: " + "  ".join(cells), flush=True)
     return 0

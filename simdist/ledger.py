@@ -9,8 +9,8 @@ serves both and the two ledgers compare part by part.
 Steps. A rank's step *k* runs from the start of its *k*-th step-opening span to the start of
 the next: a worker's forward/backward; for a rank that never computes one (a parameter
 server), its update work (not the simulated runtime's turns between requests, which a real
-run has no span for: a server's step is one update in both). Time before the first opener (start-up, the first broadcast)
-belongs to step 0; the last step ends with the rank's last span. Blocking spans of a rank
+run has no span for: a server's step is one update in both). Time before the first opener
+(start-up, the first broadcast) belongs to step 0; the last step ends with the rank's last span. Blocking spans of a rank
 never overlap, so every span falls inside one step.
 
 Parts. A span's part comes from its kind and name (:data:`PART_OF_NAME`, then
