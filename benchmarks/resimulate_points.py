@@ -76,11 +76,11 @@ def part_lines(real: Path, sims: Sequence[Path]) -> list[str]:
     tables = [compare_run_ledgers(real, sim) for sim in sims]
     if any(table is None for table in tables):
         return []
-    first = tables[0].set_index("part")
+    tables = [table.set_index("part") for table in tables]
     lines = []
-    for part, row in first.iterrows():
+    for part, row in tables[0].iterrows():
         if row["share_pct"] >= 1.0 or part == "step":
-            cells = " ".join(f"{table.set_index('part').loc[part, 'predicted_s'] * 1e3:9.2f}" for table in tables)
+            cells = " ".join(f"{table.loc[part, 'predicted_s'] * 1e3:9.2f}" for table in tables)
             lines.append(f"    {part:20} {row['measured_s'] * 1e3:9.2f} | {cells}")
     return lines
 
