@@ -393,5 +393,10 @@ def runtime_calls_basis(calls) -> dict[str, Any]:
     if calls is None:
         return {"charged": False, "why": "platform.calls absent: the runtime's turns between requests cost "
                                          "nothing (simdist calibrate network --path runtime measures them)"}
-    return {"charged": True, "overhead_s": calls.overhead, "overhead_after_compute_s": calls.seconds(True),
-            "source": calls.source}
+    basis = {"charged": True, "overhead_s": calls.overhead, "overhead_after_compute_s": calls.seconds(True),
+             "source": calls.source}
+    if calls.overhead_after_work is not None:
+        basis["overhead_after_work_s"] = calls.overhead_after_work
+    if calls.overhead_after_wait:
+        basis["overhead_after_wait"] = [[waited, seconds] for waited, seconds in calls.overhead_after_wait]
+    return basis

@@ -13,6 +13,7 @@ import yaml
 
 from simdist.calibrate import compute_profile, network
 from simdist.calibrate.cli import add_calibrate_parser, main
+from simdist.platform.spec import PlatformSpec
 from simdist.calibrate.provenance import verify_content
 from simdist.errors import InputError
 
@@ -244,6 +245,19 @@ def test_network_times_the_calls_after_compute_right_after_the_scenarios_trainin
     else:  # a host whose call times are not below the latency intercept: none of them is charged apart
         assert "send_overhead_after_compute" not in overlay["messages"]
     assert "--after-compute scenarios/quickstart.yaml" in overlay["provenance"]["generated_by"]
+    # the turn and the send right after a blocking wait, by how long it lasted, while the peer ran the scenario's
+    # training steps; the turn right after an update
+    turns = overlay["calls"]["overhead_after_wait"]
+    assert len(turns) >= 2 and all(b[0] > a[0] > 0 for a, b in zip(turns, turns[1:]))
+    assert all(seconds > 0 for _, seconds in turns) and overlay["calls"]["overhead_after_work"] > 0
+    assert "training steps of scenarios/quickstart.yaml" in overlay["calls"]["source"]
+    if "send_overhead" in overlay["messages"]:
+        sends = overlay["messages"]["send_overhead_after_wait"]
+        per_byte = overlay["messages"]["send_overhead_per_byte_after_wait"]
+        assert [w for w, _ in sends] == [w for w, _ in turns] == [w for w, _ in per_byte]
+        assert all(seconds > 0 for _, seconds in sends) and all(rate >= 0 for _, rate in per_byte)
+    measured = PlatformSpec.model_validate({"calls": overlay["calls"], "messages": overlay["messages"]})
+    assert measured.calls.seconds(False, 1.0) == pytest.approx(max(turns[-1][1], overlay["calls"]["overhead"]))
 
 
 def test_cpu_share_handler(tmp_path, capsys):

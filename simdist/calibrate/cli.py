@@ -107,8 +107,17 @@ def _cmd_network(args: argparse.Namespace) -> int:
         print(f"messages: {eager}{', '.join(parts)}")
     if "calls" in overlay:
         c = overlay["calls"]
+        after_work = f", {format_time(c['overhead_after_work'])} right after an update" \
+            if c.get("overhead_after_work") is not None else ""
         print(f"runtime calls: {format_time(c['overhead'])} a turn, {format_time(c['overhead_after_compute'])} "
-              "right after compute")
+              f"right after compute{after_work}")
+    for name, rows in (("runtime call", overlay.get("calls", {}).get("overhead_after_wait")),
+                       ("send", overlay.get("messages", {}).get("send_overhead_after_wait"))):
+        if rows:
+            print(f"{name} after a wait of " + ", ".join(f"{format_time(w)}: {format_time(t)}" for w, t in rows))
+    rows = overlay.get("messages", {}).get("send_overhead_per_byte_after_wait")
+    if rows:
+        print("send per byte after a wait of " + ", ".join(f"{format_time(w)}: {t * 1e9:.3g} ns/B" for w, t in rows))
     print(f"\nwrote {args.out}")
     return 0
 

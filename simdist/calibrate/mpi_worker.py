@@ -7,10 +7,10 @@ Rank 0 ping-pongs with one peer of each link class — the first rank on its own
 receive overheads and the gap of small messages with it (:func:`_overheads`), the same
 overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, and the small
 messages' again with cold caches (:func:`_cold_overheads`), while the other ranks wait; then all
-ranks run ``MPI_Allreduce`` on float32 buffers; with ``--path runtime`` rank 0 then times the
-runtime driver's turn between two requests, with warm caches and with cold ones
-(:func:`_calls`). Every size gets two warm-up operations and a
-probe (the fastest of three) that sets its repetition count so the size takes about
+ranks run ``MPI_Allreduce`` on float32 buffers; with ``--path runtime`` rank 0 then times its
+host work right after idling (:func:`_after_idle`) and the runtime driver's turn between two
+requests, with warm caches and with cold ones (:func:`_calls`). Every size gets two warm-up
+operations and a probe (the fastest of three) that sets its repetition count so the size takes about
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
 batch's time over its repetitions, halved for a round trip, is one sample). The median of a
 size's samples is kept with their min and max. Allreduce samples are the slowest rank's
@@ -141,6 +141,22 @@ def _calls(calls_of, comm, cold: tuple[Callable[[], None], dict[str, Any]]) -> d
     return timed
 
 
+def _after_idle(runtime_path, comm, hosts: list[str], after_compute: str | None,
+                cold: tuple[Callable[[], None], dict[str, Any]]) -> dict[str, Any] | None:
+    """Rank 0's turn, update and send right after waiting, woken by its nearest peer
+    (:mod:`.idle_sweep`), which runs ``cold``'s training step meanwhile where it is one (a
+    scenario given), while the other ranks wait; the document on rank 0, None elsewhere."""
+    from .idle_sweep import after_idle, idle_update
+
+    peers = _peers(hosts)
+    peer, rank, timed = peers.get("intra", peers.get("inter")), comm.Get_rank(), None
+    step = None if after_compute is None else (cold[0], f"training steps of {after_compute}")
+    if rank in (0, peer):
+        timed = after_idle(runtime_path, peer, idle_update(after_compute), busy=step)
+    quiet_barrier(comm)
+    return timed
+
+
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
     """Time per MPI_Allreduce of float32 buffers: the slowest rank's, after a barrier."""
     from mpi4py import MPI
@@ -163,16 +179,16 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
 
 
 def _operations(comm, path: str):
-    """(ping-pong, overheads, allreduce, driver turns) of ``path``: the MPI library's calls (no
-    driver: None), or simdist's runtime."""
+    """(ping-pong, overheads, allreduce, driver turns, the runtime) of ``path``: the MPI library's
+    calls (no driver, no runtime: None), or simdist's runtime."""
     if path == "runtime":
         from .runtime_sweep import RuntimePath  # imports torch and the runtime: only when asked for
 
         runtime = RuntimePath(comm)
-        return runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.calls
+        return runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.calls, runtime
     return ((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
             (lambda peer, **sizes: _overheads(comm, peer, **sizes)),
-            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)), None)
+            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)), None, None)
 
 
 def quiet_barrier(comm, poll_s: float = 0.001) -> None:
@@ -219,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
     started = time.perf_counter()
-    pingpong_of, overheads_of, allreduce_of, calls_of = _operations(comm, args.path)
+    pingpong_of, overheads_of, allreduce_of, calls_of, runtime = _operations(comm, args.path)
     cold_calls = cold_state(args.after_compute)
     pingpong = {}
     for link_class, peer in _peers(hosts).items():
@@ -233,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
+    idle = None if runtime is None else _after_idle(runtime, comm, hosts, args.after_compute, cold_calls)
     calls = None if calls_of is None else _calls(calls_of, comm, cold_calls)
     if rank == 0:
         wait_loop = None
@@ -244,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
                     "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce, "calls": calls,
-                    "wait_loop": wait_loop,
+                    "wait_loop": wait_loop, "after_idle": idle,
                     "elapsed_s": time.perf_counter() - started}
         with open(args.out, "w") as fh:
             json.dump(document, fh, indent=1)

@@ -19,7 +19,10 @@ host's reduction rate (gamma, ``collectives.reduce_bandwidth``) is measured too.
 (:mod:`.runtime_sweep`): the overlay then prices what a message or allreduce costs a run of
 ``simdist validate``, its pickling, arrival agreement and waiting included, and adds the
 platform's ``calls``: the CPU of the runtime driver's turn between two requests, with warm
-caches and right after a forward/backward (:func:`calls_section`).
+caches and right after a forward/backward (:func:`calls_section`), and what the turn and a
+send cost right after a blocking wait, by how long it lasted (``calls.overhead_after_wait``,
+``messages.send_overhead_after_wait`` and ``send_overhead_per_byte_after_wait``:
+:mod:`.idle_sweep`).
 
 With the defaults (0 B – 4 MiB, 0.25 s per size and sweep) two ranks finish in about 15–20 s.
 """
@@ -43,6 +46,7 @@ from ..errors import InputError
 from .collective_fit import CollectiveFit
 from .cost_tables import collectives_section, table_from_sweep
 from .mpi_worker import DEFAULT_SIZES
+from .idle_sweep import after_idle_section
 from .runtime_sweep import wait_loop_section
 from .overlay import LinkFit, apply_overheads, build_overlay, cold_words, columns, fit_p2p_link, per_size_table
 
@@ -170,6 +174,17 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
     if loop is not None:
         overlay["messages"] = {**overlay.get("messages", {}), "wait_loop": loop}
     calls = calls_section(document)
+    after_wait = after_idle_section(document)
+    if after_wait is not None:
+        calls = calls and {**calls, "overhead_after_wait": after_wait["turn"],
+                           "overhead_after_work": after_wait["turn_after_work"],
+                           "source": f"{calls['source']}; overhead_after_wait and (the turn after the update, "
+                                     f"with no idle) overhead_after_work: {after_wait['source']}"}
+        messages = overlay.get("messages")
+        if messages and messages.get("send_overhead"):  # o_s was split out of the links' latency
+            overlay["messages"] = {**messages, "send_overhead_after_wait": after_wait["send"],
+                                   "send_overhead_per_byte_after_wait": after_wait["send_per_byte"],
+                                   "source": f"{messages['source']}; send_overhead_after_wait: {after_wait['source']}"}
     return overlay if calls is None else {"calls": calls, **overlay}
 
 

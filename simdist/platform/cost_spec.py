@@ -23,7 +23,21 @@ users measure (nccl-tests, OSU, ``calibrate network``, a CSV of their own):
     takes the request back, checks for a stop, records its span and resumes the algorithm.
     ``overhead`` with the caches warm, ``overhead_after_compute`` for the turn right after a
     forward/backward, whose data have displaced the runtime's code and objects from the
-    caches (``calibrate network --path runtime`` times both through the runtime's driver).
+    caches (``calibrate network --path runtime`` times both through the runtime's driver),
+    ``overhead_after_work`` for the turn right after the rank's own work (an update, a pack),
+    ``overhead_after_wait`` for the turn right after the rank waited.
+
+After a wait
+    A rank blocked on others leaves its core idle, and what its next calls need leaves the
+    core's caches meanwhile, the more the longer it idled. ``calls.overhead_after_wait``,
+    ``messages.send_overhead_after_wait`` and ``send_overhead_per_byte_after_wait`` are
+    tables of ``[waited, seconds]`` rows (seconds per byte for the last), the waited times
+    strictly increasing: what the turn right after a blocking wait, and the first send after
+    it, cost after waiting that long (``calibrate network --path runtime`` times
+    them in a parameter server's order, :mod:`simdist.calibrate.idle_sweep`). Between rows
+    the cost is interpolated linearly in the time waited, from the warm figure at no wait up
+    to the first row, held at the last row beyond it and never below the warm figure
+    (:func:`after_wait_s`).
 
 Sizes follow what the simulator's collective call carries: an allreduce's or a broadcast's
 buffer per rank, an allgather's contribution per rank (nccl-tests' ``all_gather`` size is the
@@ -35,14 +49,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from ..config import USER_CONFIG
 from ..units import parse_size, parse_time
 from .quantities import MAX_DEVICES, BytesPerSecond, LatencySeconds
 
 __all__ = ["TABLE_OPS", "canonical_op", "table_row_problem", "CostTableSpec", "CollectiveCostSpec",
-           "MessageCostSpec", "CallCostSpec"]
+           "MessageCostSpec", "CallCostSpec", "after_wait_s"]
 
 TABLE_OPS = ("allreduce", "broadcast", "allgather")
 _OP_ALIASES = {"all_reduce": "allreduce", "allreduce": "allreduce", "broadcast": "broadcast", "bcast": "broadcast",
@@ -86,6 +100,53 @@ def _row(value):
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ValueError(f"a row is [size, time], e.g. ['1MiB', '35us'] or [1048576, 3.5e-05], got {value!r}")
     return float(parse_size(value[0])), float(parse_time(value[1]))
+
+
+def _wait_row(value):
+    """``[waited, seconds]`` with units at the edge (``["10ms", "150us"]`` or numbers in s)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"a row is [waited, seconds], e.g. ['10ms', '150us'] or [0.01, 1.5e-04], got {value!r}")
+    return float(parse_time(value[0])), float(parse_time(value[1]))
+
+
+WaitRow = Annotated[tuple[float, float], BeforeValidator(_wait_row)]
+MAX_WAIT_ROWS = 64
+
+
+def _wait_rows_problem(rows: list[tuple[float, float]]) -> str | None:
+    """What is wrong with an after-wait table (None: nothing): waited times finite, above zero and
+    strictly increasing; costs finite and not negative."""
+    for i, (waited, seconds) in enumerate(rows):
+        if not math.isfinite(waited) or waited <= 0:
+            return f"rows[{i}]: the time waited must be finite and above zero, got {waited!r}"
+        if not math.isfinite(seconds) or seconds < 0:
+            return f"rows[{i}]: the cost must be finite and not negative, got {seconds!r}"
+        if i and waited <= rows[i - 1][0]:
+            return f"rows[{i}]: the time waited ({waited:g} s) must be above the row before's ({rows[i - 1][0]:g} s)"
+    return None
+
+
+def after_wait_s(rows: list[tuple[float, float]] | None, warm_s: float, waited_s: float) -> float:
+    """A call's cost right after waiting ``waited_s``: linear in the time waited from ``warm_s`` at
+    no wait through the measured ``rows`` (``[waited, seconds]``), the last row's beyond them,
+    and never below ``warm_s`` (after a wait the caches are no warmer than back to back: a row
+    below it is the noise of its medians); ``warm_s`` without rows or without a wait."""
+    if not rows or waited_s <= 0:
+        return warm_s
+    before_s, before_cost = 0.0, warm_s
+    for waited, seconds in rows:
+        if waited_s <= waited:
+            return max(warm_s, before_cost + (seconds - before_cost) * (waited_s - before_s) / (waited - before_s))
+        before_s, before_cost = waited, seconds
+    return max(warm_s, rows[-1][1])
+
+
+def _checked_wait_rows(cls, rows):
+    """``rows`` if they make an after-wait table, else ValueError saying which row is wrong."""
+    problem = None if rows is None else _wait_rows_problem(list(rows))
+    if problem is not None:
+        raise ValueError(problem)
+    return rows
 
 
 def _op(value):
@@ -208,6 +269,15 @@ class MessageCostSpec(_Frozen):
     recv_overhead_after_compute: LatencySeconds | None = Field(None, description=(
         "o_r of the first receive a rank takes in after a forward/backward, charged to its CPU like "
         "send_overhead_after_compute (default recv_overhead)"))
+    send_overhead_after_wait: list[WaitRow] | None = Field(None, max_length=MAX_WAIT_ROWS, description=(
+        "o_s of the first send call a rank makes after a blocking wait, by how long it waited: rows [waited, "
+        "seconds], waited strictly increasing, e.g. [['1ms', '130us'], ['10ms', '160us']]; interpolated from "
+        "send_overhead at no wait, the last row beyond (calibrate network --path runtime times it); default "
+        "send_overhead"))
+    send_overhead_per_byte_after_wait: list[WaitRow] | None = Field(None, max_length=MAX_WAIT_ROWS, description=(
+        "O_s of the first send call after a blocking wait, by how long the rank waited: rows [waited, seconds per "
+        "byte], e.g. [['1ms', '0.3ns'], ['10ms', '0.5ns']]; interpolated from the route's O_s at no wait, the last "
+        "row beyond (calibrate network --path runtime times it); default: the route's O_s"))
     gap: LatencySeconds = Field(0.0, description="g: least interval between two messages one rank injects")
     eager_limit: Annotated[float, BeforeValidator(parse_size)] | None = Field(None, description=(
         "largest message sent eagerly; larger ones pay rendezvous_latency first (default: all eager)"))
@@ -223,17 +293,26 @@ class MessageCostSpec(_Frozen):
         charged = (self.send_overhead, self.recv_overhead, self.send_overhead_per_byte or 0.0,
                    self.recv_overhead_per_byte or 0.0, self.send_overhead_after_compute or 0.0,
                    self.recv_overhead_after_compute or 0.0, self.gap, self.rendezvous_latency)
-        if any(charged) and not self.source:
+        if (any(charged) or self.send_overhead_after_wait or self.send_overhead_per_byte_after_wait) \
+                and not self.source:
             raise ValueError("messages needs source: say where the per-message figures come from")
         if self.rendezvous_latency and self.eager_limit is None:
             raise ValueError("rendezvous_latency needs eager_limit (the size above which it is paid)")
         return self
 
-    def send_overhead_s(self, after_compute: bool) -> float:
-        """``o_s`` of a send call, the first after a forward/backward or not."""
+    _rows_usable = field_validator("send_overhead_after_wait", "send_overhead_per_byte_after_wait")(_checked_wait_rows)
+
+    def send_overhead_s(self, after_compute: bool, waited_s: float = 0.0) -> float:
+        """``o_s`` of a send call: the first after a forward/backward, the first after a blocking
+        wait of ``waited_s`` (:func:`after_wait_s`), or warm."""
         if after_compute and self.send_overhead_after_compute is not None:
             return self.send_overhead_after_compute
-        return self.send_overhead
+        return after_wait_s(self.send_overhead_after_wait, self.send_overhead, waited_s)
+
+    def send_per_byte_s(self, warm_per_byte_s: float, waited_s: float = 0.0) -> float:
+        """``O_s`` of a send call: the route's ``warm_per_byte_s``, or the first after a blocking wait
+        of ``waited_s`` (:func:`after_wait_s`)."""
+        return after_wait_s(self.send_overhead_per_byte_after_wait, warm_per_byte_s, waited_s)
 
     def send_extra_after_compute_s(self) -> float:
         """What the first send call after a forward/backward costs its CPU beyond ``o_s``."""
@@ -265,10 +344,22 @@ class CallCostSpec(_Frozen):
     overhead_after_compute: LatencySeconds | None = Field(None, description=(
         "CPU time of the turn right after a forward/backward, with the caches full of the step's data, "
         "e.g. '50us' (default overhead)"))
+    overhead_after_work: LatencySeconds | None = Field(None, description=(
+        "CPU time of the turn right after the rank's own work (an update, a pack: an algorithm's busy work), "
+        "whose data have displaced part of the runtime's from the caches, e.g. '20us' (default overhead)"))
+    overhead_after_wait: list[WaitRow] | None = Field(None, max_length=MAX_WAIT_ROWS, description=(
+        "CPU time of the turn right after a blocking wait, by how long the rank waited: rows [waited, seconds], "
+        "waited strictly increasing, e.g. [['1ms', '14us'], ['30ms', '30us']]; interpolated from overhead at no "
+        "wait, the last row beyond (default overhead)"))
     source: str = Field(min_length=1, description="where these figures come from")
 
-    def seconds(self, after_compute: bool) -> float:
-        """One turn's CPU time, right after a forward/backward or not."""
+    _rows_usable = field_validator("overhead_after_wait")(_checked_wait_rows)
+
+    def seconds(self, after_compute: bool, waited_s: float = 0.0, after_work: bool = False) -> float:
+        """One turn's CPU time: right after a forward/backward, right after a blocking wait of
+        ``waited_s`` (:func:`after_wait_s`), right after the rank's own work, or warm."""
         if after_compute and self.overhead_after_compute is not None:
             return self.overhead_after_compute
-        return self.overhead
+        if after_work and self.overhead_after_work is not None:
+            return self.overhead_after_work
+        return after_wait_s(self.overhead_after_wait, self.overhead, waited_s)

@@ -123,6 +123,10 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         if self.message_costs is not None and self.message_costs.send_overhead_after_compute is not None:
             return ("a rank's first call after compute is priced cold (messages.send_overhead_after_compute): "
                     "each rank pays its own")
+        if self.message_costs is not None and (self.message_costs.send_overhead_after_wait
+                                               or self.message_costs.send_overhead_per_byte_after_wait):
+            return ("a rank's first send after a wait is priced by how long it waited "
+                    "(messages.send_overhead_after_wait): each rank waits its own")
         if self.message_costs is not None and self.message_costs.wait_loop is not None:
             return ("blocked ranks notice a message or a collective's last arrival at their own loop's next test "
                     "(messages.wait_loop)")
@@ -160,9 +164,11 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         value: Any = None
         on_call, calls = self.on_call, self.platform.spec.calls
         turn_after_compute: bool | None = None  # the runtime's turn owed before the algorithm runs on
+        waited_s = 0.0  # how long the rank was blocked on the request it turns after
+        after_work = False  # whether that request was the rank's own work (busy)
         while True:
             if calls is not None and turn_after_compute is not None:  # platform.calls: the driver's CPU
-                turn = self.runtime_call(rank, turn_after_compute)
+                turn = self.runtime_call(rank, turn_after_compute, waited_s, after_work)
                 if turn is not None:
                     yield turn
                     if rank in self.crashed:  # the node died during the runtime's turn
@@ -177,7 +183,7 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
             if not isinstance(request, Request):
                 raise SimulationError(f"rank {rank} yielded {request!r}; algorithms may only yield runtime requests")
             if request.finished:  # returns at once: no time passes, nothing to account
-                value, turn_after_compute = request.ready_value, False
+                value, turn_after_compute, waited_s, after_work = request.ready_value, False, 0.0, False
                 continue
             waited_from = self.env.now
             # a blocking receive starts once the rank's send calls have returned: their CPU first
@@ -194,11 +200,13 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
                 if request.kind == "compute":
                     self._count_drop("gradients", rank, 1)
                 return
+            waited_s = 0.0
             if request.kind == "compute":
                 value = request.partial_result()
             elif request.kind == "comm":
-                self._account_blocking(rank, request, waited_from)
-            turn_after_compute = request.kind == "compute"
+                waited_s = self._account_blocking(rank, request, waited_from)
+                self.waited(rank, waited_s)
+            turn_after_compute, after_work = request.kind == "compute", request.kind == "busy"
 
     def _finish_epoch(self, rank: int):
         """The epoch-end work a rank owes after its last epoch, before its process ends."""
@@ -224,13 +232,16 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         counts = self.dropped[what]
         counts[rank] = counts.get(rank, 0) + amount
 
-    def _account_blocking(self, rank: int, request: Request, waited_from: float) -> None:
+    def _account_blocking(self, rank: int, request: Request, waited_from: float) -> float:
+        """Record a blocking request's wait and its data phase; how long the rank was blocked on it
+        (not computing)."""
         now = self.env.now
         waited_from = min(max(waited_from, self._compute_until.get(rank, 0.0)), now)  # computing is not waiting
         started = request.started_s if request.started_s is not None else now
         moving_from = min(max(waited_from, started), now)
         self.recorder.span(rank, "wait", request.name, waited_from, moving_from)
         self.recorder.span(rank, "comm", request.name, moving_from, now, **request.span_args)
+        return now - waited_from
 
     # -- records ---------------------------------------------------------------------
 

@@ -93,6 +93,7 @@ class ComputeExecution:
         env, start = self.env, self.env.now
         batch_size = int(batch.size)
         self._after_compute.add(rank)  # its next message call finds the caches full of this step's data
+        self._waited_s.pop(rank, None)  # ... not those a wait before the step left
         if self._cores is not None:
             return self._shared_compute(rank, replica, batch)
         owed = self._owed_cpu_s(rank)
@@ -291,12 +292,17 @@ class ComputeExecution:
         event that fires when it is spent; None when nothing is owed."""
         return self._cpu_now(rank, self._owed_cpu_s(rank), OVERHEAD_SPAN)
 
-    def runtime_call(self, rank: int, after_compute: bool) -> simpy.Event | None:
+    def runtime_call(self, rank: int, after_compute: bool, waited_s: float = 0.0,
+                     after_work: bool = False) -> simpy.Event | None:
         """The runtime's turn between two of the rank's requests (``platform.calls``), spent now as
         the rank's own work (a ``runtime call`` span); the first after a forward/backward at its
-        cold-cache cost. An event that fires when it is done; None without ``calls``."""
+        cold-cache cost, one right after a blocking wait of ``waited_s`` at what a turn costs
+        after such a wait, one right after the rank's own work (``after_work``) at what it costs
+        then. An event that fires when it is done; None without ``calls``."""
         calls = self.platform.spec.calls
-        return None if calls is None else self._cpu_now(rank, calls.seconds(after_compute), CALL_SPAN)
+        if calls is None:
+            return None
+        return self._cpu_now(rank, calls.seconds(after_compute, waited_s, after_work), CALL_SPAN)
 
     def _cpu_now(self, rank: int, seconds: float, name: str) -> simpy.Event | None:
         """``seconds`` of the rank's CPU from now (on its shared cores where it has them), recorded as

@@ -2,19 +2,19 @@
 
 :class:`MessageExecution` is the point-to-point half of :class:`~simdist.runtime.sim.SimWorld`
 (a mixin over its environment, network, platform and crash state). A send copies its payload
-(what the receiver reads is what was sent at that instant; tensors handed over are not
-copied, :mod:`.payloads`), crosses the route as a flow, and
-lands in the receiver's mailbox, or wakes a receive already waiting for it. With
-``platform.messages`` every message also pays LogGP costs: the sender's injection gap and CPU
-overhead ``o_s``, the rendezvous handshake above the eager limit, and the receiver's ``o_r``;
-and LogGOPS's per-byte CPU overheads, the sender's with ``o_s`` and the receiver's once it
-takes the message in (less what a blocking receive waited for it). They overlap the message's
-transfer, which ends no earlier than the sender's copy. The first send, and the first message
-taken in, after a forward/backward pay the overheads measured with cold caches where the
-platform has them. A rank pays the CPU it owes before its next compute or busy work, or at the
-start of a blocking receive (:meth:`~.sim_compute.ComputeExecution.spend_owed_cpu`). Under
-``progress: on_call`` a rendezvous message goes only once the receiver is inside a runtime
-call (:mod:`.progress`).
+(what the receiver reads is what was sent at that instant; tensors handed over are not copied,
+:mod:`.payloads`), crosses the route as a flow, and lands in the receiver's mailbox, or wakes a
+receive already waiting for it. With ``platform.messages`` every message also pays LogGP costs:
+the sender's injection gap and CPU overhead ``o_s``, the rendezvous handshake above the eager
+limit, and the receiver's ``o_r``; and LogGOPS's per-byte CPU overheads, the sender's with
+``o_s`` and the receiver's once it takes the message in (less what a blocking receive waited
+for it). They overlap the message's transfer, which ends no earlier than the sender's copy. The
+first send, and the first message taken in, after a forward/backward pay the overheads measured
+with cold caches where the platform has them; the first send after a blocking wait what a send
+costs after such a wait (``send_overhead_after_wait``, ``send_overhead_per_byte_after_wait``).
+A rank pays the CPU it owes before its next compute or busy work, or at the start of a blocking
+receive (:meth:`~.sim_compute.ComputeExecution.spend_owed_cpu`). Under ``progress: on_call`` a
+rendezvous message goes only once the receiver is inside a runtime call (:mod:`.progress`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class MessageExecution:
         self._cpu_owed_s: dict[int, float] = {}  # rank -> send overhead not yet charged to its CPU
         # ranks whose last work was a forward/backward: their next message call runs with cold caches
         self._after_compute: set[int] = set()
+        # ranks whose last blocking wait has not been followed by a send or a compute: how long it was
+        self._waited_s: dict[int, float] = {}
         self._wakeups = self._receive_wakeups()
 
     def _receive_wakeups(self) -> ReceiveWakeups | None:
@@ -86,13 +88,23 @@ class MessageExecution:
             self._wakeups.sent(src, nbytes)
 
         route = self.platform.route(src, dst)
-        copy_s = self.platform.copies.per_byte_s(src, dst)[0] * nbytes
         after_compute = self._first_call_after_compute(src)
+        waited_s = self._waited_s.pop(src, 0.0)
+        per_byte_s = self.platform.copies.per_byte_s(src, dst)[0]
+        if waited_s and self.message_costs is not None:  # the first send after a wait: its copy too
+            per_byte_s = self.message_costs.send_per_byte_s(per_byte_s, waited_s)
+        copy_s = per_byte_s * nbytes
         if self.message_costs is None and not copy_s:
             self.network.transfer_then(route, nbytes, deliver, src=src, dst=dst)
         else:
-            self._send_with_costs(src, dst, route, nbytes, deliver, copy_s, after_compute)
+            self._send_with_costs(src, dst, route, nbytes, deliver, copy_s, after_compute, waited_s)
         return request
+
+    def waited(self, rank: int, waited_s: float) -> None:
+        """``rank`` was blocked for ``waited_s`` until now: its next send pays what a send costs after
+        such a wait (``messages.send_overhead_after_wait``), unless a forward/backward comes first."""
+        if waited_s > 0:
+            self._waited_s[rank] = waited_s
 
     def _first_call_after_compute(self, rank: int) -> bool:
         """Whether this message call is the rank's first since a forward/backward (its caches cold)."""
@@ -102,7 +114,7 @@ class MessageExecution:
         return False
 
     def _send_with_costs(self, src: int, dst: int, route, nbytes: int, deliver: Callable[[], None],
-                         copy_s: float, after_compute: bool) -> None:
+                         copy_s: float, after_compute: bool, waited_s: float = 0.0) -> None:
         """A message paying LogGP costs (``platform.messages``) around its links.
 
         The sender injects it once its previous message is ``max(g, o_s + O_s · bytes)`` behind
@@ -112,13 +124,14 @@ class MessageExecution:
         the eager limit pays the rendezvous handshake, and the receiver spends ``o_r`` before
         the message is in its mailbox (and ``O_r · bytes`` once it takes it in, :meth:`_taken_in`).
         The first send after a forward/backward (``after_compute``) pays the ``o_s`` measured
-        with cold caches, where the platform has one.
+        with cold caches, where the platform has one; the first after a blocking wait of
+        ``waited_s`` the ``o_s`` measured after such a wait (``send_overhead_after_wait``).
         Under ``progress: on_call`` a message above the eager limit goes only once the receiver
         answers the handshake (:mod:`.progress`).
         """
         costs, now = self.message_costs or _NO_MESSAGE_COSTS, self.env.now
         inject_s = max(now, self._next_injection_s.get(src, 0.0))
-        send_overhead = costs.send_overhead_s(after_compute)
+        send_overhead = costs.send_overhead_s(after_compute, waited_s)
         cpu_s = send_overhead + copy_s
         self._next_injection_s[src] = inject_s + max(costs.gap, cpu_s)  # its CPU copies one message at a time
         self._owe_cpu(src, cpu_s)
