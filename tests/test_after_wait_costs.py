@@ -201,3 +201,17 @@ def test_the_waking_rank_works_while_another_call_fits_and_sleeps_the_rest():
     calls.clear()
     idle_sweep._pass(1e-3, busy, 2e-3)
     assert calls == []  # too short for one call: asleep throughout
+
+
+def test_calibrate_network_prints_the_tables_it_wrote():
+    from simdist.calibrate.network import call_cost_lines
+
+    overlay = {"calls": {"overhead": 4e-6, "overhead_after_compute": 8e-5, "overhead_after_work": 1.5e-5,
+                         "overhead_after_wait": [[4e-4, 1.4e-5], [0.011, 1.9e-5]]},
+               "messages": {"send_overhead": 4e-5, "send_overhead_after_wait": [[4e-4, 1.6e-4]],
+                            "send_overhead_per_byte_after_wait": [[4e-4, 4e-10]]}}
+    lines = call_cost_lines(overlay)
+    assert "15us right after an update" in lines[1]
+    assert lines[2] == "runtime call after a wait of 400us: 14us, 11ms: 19us"
+    assert lines[3] == "send after a wait of 400us: 160us" and lines[4] == "send per byte after a wait of 400us: 0.4 ns/B"
+    assert call_cost_lines({}) == []

@@ -61,7 +61,8 @@ def _cmd_compute(args: argparse.Namespace) -> int:
 
 def _cmd_network(args: argparse.Namespace) -> int:
     from .mpi_worker import DEFAULT_SIZES
-    from .network import find_mpiexec, fit_sweep, measure_reduce_bandwidth, network_overlay, run_sweep
+    from .network import (call_cost_lines, find_mpiexec, fit_sweep, measure_reduce_bandwidth, network_overlay,
+                          run_sweep)
     from .overlay import check_link_kind, write_overlay
     from .provenance import check_output
 
@@ -94,30 +95,8 @@ def _cmd_network(args: argparse.Namespace) -> int:
         print_size_table(link.table, ("piecewise", "link"))
     for table in overlay.get("collectives", {}).get("tables", []):
         print(f"\n{table_note(table)}")
-    if "messages" in overlay:
-        m = overlay["messages"]
-        parts = [f"{name} {format_time(m[key])}" for name, key in (("send overhead", "send_overhead"),
-                 ("receive overhead", "recv_overhead"), ("send overhead after compute", "send_overhead_after_compute"),
-                 ("receive overhead after compute", "recv_overhead_after_compute"), ("gap", "gap"),
-                 ("rendezvous handshake", "rendezvous_latency")) if m.get(key)]
-        parts += [f"{name} {m[key] * 1e9:.3g} ns/B" for name, key in (("send per byte", "send_overhead_per_byte"),
-                                                                       ("receive per byte", "recv_overhead_per_byte"))
-                  if m.get(key)]
-        eager = f"eager up to {format_bytes(m['eager_limit'])}, " if m.get("eager_limit") is not None else ""
-        print(f"messages: {eager}{', '.join(parts)}")
-    if "calls" in overlay:
-        c = overlay["calls"]
-        after_work = f", {format_time(c['overhead_after_work'])} right after an update" \
-            if c.get("overhead_after_work") is not None else ""
-        print(f"runtime calls: {format_time(c['overhead'])} a turn, {format_time(c['overhead_after_compute'])} "
-              f"right after compute{after_work}")
-    for name, rows in (("runtime call", overlay.get("calls", {}).get("overhead_after_wait")),
-                       ("send", overlay.get("messages", {}).get("send_overhead_after_wait"))):
-        if rows:
-            print(f"{name} after a wait of " + ", ".join(f"{format_time(w)}: {format_time(t)}" for w, t in rows))
-    rows = overlay.get("messages", {}).get("send_overhead_per_byte_after_wait")
-    if rows:
-        print("send per byte after a wait of " + ", ".join(f"{format_time(w)}: {t * 1e9:.3g} ns/B" for w, t in rows))
+    for line in call_cost_lines(overlay):
+        print(line)
     print(f"\nwrote {args.out}")
     return 0
 

@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..units import format_bytes, format_time
 from .collective_fit import CollectiveFit
 from .cost_tables import collectives_section, table_from_sweep
 from .mpi_worker import DEFAULT_SIZES
@@ -209,3 +210,35 @@ def calls_section(document: dict[str, Any]) -> dict[str, Any] | None:
             "source": (f"simdist's MPI runtime driver on rank 0 ({document.get('mpi_library', 'MPI')}): median turn "
                        f"between two requests of no work over {calls['turns']} turns (overhead), and over "
                        f"{calls['cold_turns']} turns each {cold_words(calls)} (overhead_after_compute)")}
+
+
+def call_cost_lines(overlay: dict[str, Any]) -> list[str]:
+    """What an overlay charges per call, one line each, as ``calibrate network`` prints it: the
+    messages' LogGP figures, the runtime's turns, and the turn's and the send's after a wait."""
+    lines = []
+    messages, calls = overlay.get("messages") or {}, overlay.get("calls") or {}
+    if messages:
+        parts = [f"{name} {format_time(messages[key])}" for name, key in (
+            ("send overhead", "send_overhead"), ("receive overhead", "recv_overhead"),
+            ("send overhead after compute", "send_overhead_after_compute"),
+            ("receive overhead after compute", "recv_overhead_after_compute"), ("gap", "gap"),
+            ("rendezvous handshake", "rendezvous_latency")) if messages.get(key)]
+        parts += [f"{name} {messages[key] * 1e9:.3g} ns/B" for name, key in (
+            ("send per byte", "send_overhead_per_byte"), ("receive per byte", "recv_overhead_per_byte"))
+            if messages.get(key)]
+        eager = f"eager up to {format_bytes(messages['eager_limit'])}, " \
+            if messages.get("eager_limit") is not None else ""
+        lines.append(f"messages: {eager}{', '.join(parts)}")
+    if calls:
+        after_work = f", {format_time(calls['overhead_after_work'])} right after an update" \
+            if calls.get("overhead_after_work") is not None else ""
+        lines.append(f"runtime calls: {format_time(calls['overhead'])} a turn, "
+                     f"{format_time(calls['overhead_after_compute'])} right after compute{after_work}")
+    for name, rows, unit in (("runtime call", calls.get("overhead_after_wait"), format_time),
+                             ("send", messages.get("send_overhead_after_wait"), format_time),
+                             ("send per byte", messages.get("send_overhead_per_byte_after_wait"),
+                              lambda rate: f"{rate * 1e9:.3g} ns/B")):
+        if rows:
+            lines.append(f"{name} after a wait of " + ", ".join(f"{format_time(w)}: {unit(t)}" for w, t in rows))
+    return lines
+
