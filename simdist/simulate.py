@@ -29,6 +29,7 @@ from .assembly import assemble_run, epoch_end_costs, profile_paths
 from .errors import InputError
 from .faults import FaultInjector
 from .platform.compute import ComputeModel, load_profiles
+from .platform.cost_spec import calls_basis
 from .platform.link_usage import LinkUsage, link_series
 from .platform.stragglers import StragglerSchedule
 from .recorder import Recorder
@@ -321,7 +322,7 @@ class Simulation:
                    "collective_pricing": self.world.pricer.provenance(), "op_costs": self.op_costs.describe(),
                    "collective_reduction": self.world.reduction_basis(), "collective_schedule": self.schedule_basis,
                    "message_copies": self.platform.copies.basis(),
-                   "runtime_calls": runtime_calls_basis(self.platform.spec.calls),
+                   "runtime_calls": calls_basis(self.platform.spec.calls),
                    "execution": self.execution,
                    "data_loading": self.world.data_loading.describe(),
                    "validation_split": {"fraction": scenario.validation_split,
@@ -385,18 +386,3 @@ def fewer_collections():
         yield
     finally:
         gc.set_threshold(*previous)
-
-
-def runtime_calls_basis(calls) -> dict[str, Any]:
-    """What the runtime's turn between two requests cost the ranks (``platform.calls``), for the
-    manifest: its figures and their source, or that the turns were not charged and what measures them."""
-    if calls is None:
-        return {"charged": False, "why": "platform.calls absent: the runtime's turns between requests cost "
-                                         "nothing (simdist calibrate network --path runtime measures them)"}
-    basis = {"charged": True, "overhead_s": calls.overhead, "overhead_after_compute_s": calls.seconds(True),
-             "source": calls.source}
-    if calls.overhead_after_work is not None:
-        basis["overhead_after_work_s"] = calls.overhead_after_work
-    if calls.overhead_after_wait:
-        basis["overhead_after_wait"] = [[waited, seconds] for waited, seconds in calls.overhead_after_wait]
-    return basis

@@ -47,7 +47,7 @@ whole output: divide by the ranks).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
@@ -56,7 +56,7 @@ from ..units import parse_size, parse_time
 from .quantities import MAX_DEVICES, BytesPerSecond, LatencySeconds
 
 __all__ = ["TABLE_OPS", "canonical_op", "table_row_problem", "CostTableSpec", "CollectiveCostSpec",
-           "MessageCostSpec", "CallCostSpec", "after_wait_s"]
+           "MessageCostSpec", "CallCostSpec", "after_wait_s", "calls_basis"]
 
 TABLE_OPS = ("allreduce", "broadcast", "allgather")
 _OP_ALIASES = {"all_reduce": "allreduce", "allreduce": "allreduce", "broadcast": "broadcast", "bcast": "broadcast",
@@ -363,3 +363,18 @@ class CallCostSpec(_Frozen):
         if after_work and self.overhead_after_work is not None:
             return self.overhead_after_work
         return after_wait_s(self.overhead_after_wait, self.overhead, waited_s)
+
+
+def calls_basis(calls: CallCostSpec | None) -> dict[str, Any]:
+    """What the runtime's turn between two requests cost the ranks (``platform.calls``), for the
+    manifest: its figures and their source, or that the turns were not charged and what measures them."""
+    if calls is None:
+        return {"charged": False, "why": "platform.calls absent: the runtime's turns between requests cost "
+                                         "nothing (simdist calibrate network --path runtime measures them)"}
+    basis = {"charged": True, "overhead_s": calls.overhead, "overhead_after_compute_s": calls.seconds(True),
+             "source": calls.source}
+    if calls.overhead_after_work is not None:
+        basis["overhead_after_work_s"] = calls.overhead_after_work
+    if calls.overhead_after_wait:
+        basis["overhead_after_wait"] = [[waited, seconds] for waited, seconds in calls.overhead_after_wait]
+    return basis
