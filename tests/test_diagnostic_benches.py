@@ -1,8 +1,11 @@
-"""benchmarks/message_anatomy.py and benchmarks/work_after_idle.py: what they compute, and their bad arguments."""
+"""benchmarks/message_anatomy.py, work_after_idle.py and allreduce_after_step.py: what they compute, and their bad
+arguments."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 
 import pytest
 
@@ -86,3 +89,34 @@ def test_work_after_idle_bad_arguments_exit_2(after_idle, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         after_idle.main(argv)
     assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def allreduce_after_step():
+    return load_benchmark("allreduce_after_step")
+
+
+def test_the_allreduce_summary_keeps_what_follows_the_warmup(allreduce_after_step):
+    ranks = [{"back_to_back": [9.0, 0.001, 0.002, 0.003], "after_step": [9.0, 0.004, 0.004, 0.006]}]
+    row = allreduce_after_step.summary(ranks, warmup=1)[0]
+    assert row["back_to_back_median_ms"] == pytest.approx(2.0) and row["after_step_median_ms"] == pytest.approx(4.0)
+    assert row["ratio"] == pytest.approx(2.0) and row["back_to_back_p90_ms"] == pytest.approx(2.8)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--ranks", "1"], "--ranks"),
+    (["--repeats", "5", "--warmup", "5"], "--repeats"),
+    (["--scenario", "nowhere.yaml"], "nowhere.yaml"),
+])
+def test_the_allreduce_benchmark_refuses_bad_arguments(allreduce_after_step, capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_info:
+        allreduce_after_step.main(argv)
+    assert exit_info.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("mpiexec") is None or importlib.util.find_spec("mpi4py") is None,
+                    reason="needs mpiexec on PATH and mpi4py (pip install 'simdist[mpi]')")
+def test_the_allreduce_benchmark_times_both_series_on_every_rank(allreduce_after_step, capsys):
+    assert allreduce_after_step.main(["--ranks", "2", "--repeats", "4", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 0: back to back" in out and "rank 1: back to back" in out and "after a step" in out

@@ -1,0 +1,154 @@
+"""The runtime's allreduce as a run calls it, right after a training step, against back to back.
+
+    python benchmarks/allreduce_after_step.py [--ranks 4] [--scenario scenarios/epoch_end_costs.yaml]
+                                              [--repeats 40] [--warmup 5] [--timeout-s 300]
+
+``simdist calibrate network --path runtime`` times the runtime's allreduce back to back, every
+rank in the loop, and the simulator prices a run's allreduce from that table (plus the cold
+first call after a forward/backward, ``messages.send_overhead_after_compute``). In a run the
+ranks come to the allreduce from a forward/backward. This script launches ``--ranks``
+processes under mpiexec; each times the runtime's blocking allreduce (through its driver, as
+sync SGD reduces its gradient) of a float32 tensor of the scenario's parameter count:
+
+* ``back to back``: ``--repeats`` allreduces in a row;
+* ``after a step``: each right after one training step of the scenario (forward, backward,
+  optimizer step) and a blocking ``MPI_Allreduce`` of one number, so that the ranks enter the
+  timed allreduce together and what is timed is its data phase, not the ranks' arrival skew
+  (which the simulator models on its own).
+
+The first ``--warmup`` of each are dropped. Printed per rank: the median and 90th percentile of
+both in ms, and the ratio of the medians. On the development host (2 cores, MPICH 5), with the
+predictive table's 256x256 point (85 k parameters, batch 2,048: ``--scenario
+results/pv_afterwait/sync-4-256x256/scenario.yaml``): 4 ranks 1.7-2.4 ms back to back and
+2.1-5.0 ms after a step (the first two ranks about twice the others); 2 ranks 0.17 against
+0.45 ms, an extra of about the cold first call the simulator already charges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+DEFAULT_SCENARIO = "scenarios/epoch_end_costs.yaml"
+
+
+def _timed(path: Any, tensor: Any, repeats: int, before=None) -> list[float]:
+    """Seconds of ``repeats`` runtime allreduces of ``tensor`` on this rank, each after ``before()``."""
+    rt, driver, out = path.rt, path.driver, []
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        driver.wait(rt.allreduce(path.everyone, tensor))
+        out.append(time.perf_counter() - start)
+        path._forget()  # the sweep's spans are not wanted: keep memory flat
+    return out
+
+
+def worker(out: str, scenario: str, repeats: int) -> None:
+    """One rank under mpiexec: both series; rank 0 writes every rank's to ``out`` (JSON)."""
+    import torch
+    from mpi4py import MPI
+
+    from simdist.calibrate.compute_scenario import plan_scenario
+    from simdist.calibrate.runtime_sweep import RuntimePath
+    from simdist.calibrate.timed_steps import cpu_training_step, steady_allocator
+
+    torch.set_num_threads(1)
+    steady_allocator()
+    comm = MPI.COMM_WORLD
+    target = plan_scenario(scenario, "cpu")
+    step = cpu_training_step(target.workload, target.scenario.workload.batch_size)
+    step()  # the first step allocates what the others reuse
+    path = RuntimePath(comm)
+    tensor = torch.ones(int(target.workload.param_count))
+
+    def step_then_enter_together() -> None:
+        step()
+        comm.allreduce(0.0)  # blocking: every rank is in MPI when the timed allreduce starts
+
+    series = {"back_to_back": _timed(path, tensor, repeats), "after_step": _timed(path, tensor, repeats,
+                                                                                   step_then_enter_together)}
+    gathered = comm.gather(series, root=0)
+    if comm.Get_rank() == 0:
+        Path(out).write_text(json.dumps({"params": int(target.workload.param_count), "ranks": gathered}))
+
+
+def summary(ranks: list[dict[str, list[float]]], warmup: int) -> list[dict[str, float]]:
+    """Per rank: median and 90th percentile (ms) of both series after ``warmup`` dropped, and the
+    ratio of the medians."""
+    rows = []
+    for rank, series in enumerate(ranks):
+        row: dict[str, float] = {"rank": rank}
+        for name, times in series.items():
+            kept = np.array(times[warmup:]) * 1e3
+            row[f"{name}_median_ms"] = float(np.median(kept))
+            row[f"{name}_p90_ms"] = float(np.percentile(kept, 90))
+        row["ratio"] = row["after_step_median_ms"] / row["back_to_back_median_ms"]
+        rows.append(row)
+    return rows
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=4, help="MPI processes (default 4)")
+    parser.add_argument("--scenario", default=DEFAULT_SCENARIO,
+                        help=f"its workload: the training step and the parameter count (default {DEFAULT_SCENARIO})")
+    parser.add_argument("--repeats", type=int, default=40, help="allreduces timed per series and rank (default 40)")
+    parser.add_argument("--warmup", type=int, default=5, help="first allreduces of each series dropped (default 5)")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="limit for the MPI run (default 300)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: the rank's own run, writing this JSON
+    args = parser.parse_args(argv)
+    if args.ranks < 2:
+        parser.error(f"--ranks: an allreduce needs at least 2 ranks, got {args.ranks}")
+    if args.warmup < 0 or args.repeats <= args.warmup:
+        parser.error(f"--repeats ({args.repeats}) must exceed --warmup ({args.warmup}), which must be >= 0")
+    if args.timeout_s <= 0:
+        parser.error("--timeout-s must be > 0")
+    if not Path(args.scenario).is_file():
+        parser.error(f"--scenario {args.scenario}: no such file")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.worker is not None:
+        worker(args.worker, args.scenario, args.repeats)
+        return 0
+    from simdist.calibrate.network import find_mpiexec
+    from simdist.errors import InputError
+
+    try:
+        mpiexec = find_mpiexec()
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "allreduce.json"
+        command = [mpiexec, "-n", str(args.ranks), sys.executable, __file__, "--worker", str(out),
+                   "--scenario", args.scenario, "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s)
+        if done.returncode != 0 or not out.is_file():
+            print(f"error: the MPI run failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}", file=sys.stderr)
+            return 1
+        document = json.loads(out.read_text())
+    print(f"# {args.ranks} ranks, the runtime's allreduce of {document['params']} float32 parameters "
+          f"({args.scenario}), ms per allreduce, {args.repeats - args.warmup} per series: back to back, and right "
+          "after a training step with the ranks entering together")
+    for row in summary(document["ranks"], args.warmup):
+        print(f"rank {row['rank']}: back to back {row['back_to_back_median_ms']:.2f} / {row['back_to_back_p90_ms']:.2f}"
+              f"   after a step {row['after_step_median_ms']:.2f} / {row['after_step_p90_ms']:.2f}"
+              f"   (median / p90)   x{row['ratio']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
