@@ -49,7 +49,7 @@ def _timed(path: Any, tensor: Any, repeats: int, before=None) -> list[float]:
         start = time.perf_counter()
         driver.wait(rt.allreduce(path.everyone, tensor))
         out.append(time.perf_counter() - start)
-        path._forget()  # the sweep's spans are not wanted: keep memory flat
+        path.forget()  # the sweep's spans are not wanted: keep memory flat
     return out
 
 

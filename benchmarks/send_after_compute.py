@@ -76,7 +76,7 @@ def worker(args: argparse.Namespace) -> None:
             else:
                 driver.wait(rt.recv(0, 5))
                 rt.send(0, 1, 6)
-            path._forget()
+            path.forget()
         medians[condition] = float(np.median(times)) if times else None
     if rank == 0:
         print(json.dumps({"medians_s": medians, "bytes": int(grad.numel() * 4)}))

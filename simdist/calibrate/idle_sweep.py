@@ -7,9 +7,9 @@ wait. A parameter server waits about one worker step between two gradients; its 
 its optimizer step and its send of the new weights all meet that state.
 
 ``--path runtime`` of ``simdist calibrate network`` times it on rank 0 through simdist's MPI
-runtime, in the order a server meets it: rank 0 waits for a token (a blocking ``recv``
-through the driver, in the runtime's own waiting loop) that its peer sends once the idle
-time has passed; then it times, one after another, the driver's next turn (a request of no
+runtime, in the order a server meets it: rank 0 waits for a gradient-sized message (a
+blocking ``recv`` through the driver, in the runtime's own waiting loop) that its peer sends
+once the idle time has passed; then it times, one after another, the driver's next turn (a request of no
 work), one update of a parameter vector as the work of a request (a server's apply), the
 driver's turn after it, and a send back to the peer: of 8 B in one round, of the parameter
 vector in the next (a server's send of the weights). While rank 0
@@ -84,7 +84,6 @@ def after_idle(path: Any, peer: int, update: tuple[Callable[[], None], int, str]
     weights = path.torch.zeros(params, dtype=path.torch.float32)  # what a server sends back
     payloads = {False: token, True: weights}
     timed: list[tuple] = []
-
     stamps: list[float] = []
 
     def stamped() -> None:  # the update, its start and end stamped
@@ -97,7 +96,7 @@ def after_idle(path: Any, peer: int, update: tuple[Callable[[], None], int, str]
             asked = time.perf_counter()
             yield rt.recv(peer, _WAKE_TAG)  # idles in the runtime's waiting loop until the gradient comes
             woke = time.perf_counter()
-            yield rt.busy(0.0, "update", run=_nothing)  # the driver's next turn
+            yield path.turn()  # the driver's next turn
             turned = time.perf_counter()
             yield rt.busy(0.0, "update", run=stamped)  # a server's apply, and the turn after it
             resumed = time.perf_counter()
@@ -105,7 +104,7 @@ def after_idle(path: Any, peer: int, update: tuple[Callable[[], None], int, str]
             sent = time.perf_counter()
             began, ended = stamps[-2:]
             timed.append((idle, large, woke - asked, turned - woke, ended - began, resumed - ended, sent - resumed))
-            path._forget()
+            path.forget()
 
     driver.drive(rounds_of_work())
     return {**_summary(timed, idles_s, rounds), "update_params": params, "update": described,
@@ -177,7 +176,3 @@ def after_idle_section(document: dict[str, Any]) -> dict[str, Any] | None:
         f"{measured['large_send_bytes']} B (the parameters) in the next; "
         f"medians of {measured['rounds']} rounds of each, against the time it waited; per byte: the large send's "
         f"rise over the small one's")}
-
-
-def _nothing() -> None:
-    return None

@@ -60,8 +60,13 @@ class RuntimePath:
         self.rt = MPIRuntime(self.world, self.world.rank)
         self.everyone = self.rt.group(range(size), "world")
 
-    def _forget(self) -> None:
-        self.recorder.spans.clear()  # the sweep's own spans are not wanted: keep memory flat
+    def forget(self) -> None:
+        """Drop the spans recorded so far: a sweep's own spans are not wanted (memory stays flat)."""
+        self.recorder.spans.clear()
+
+    def turn(self) -> Any:
+        """A request of no work: yielded to the driver, what it times is the driver's turn."""
+        return self.rt.busy(0.0, "update", run=_nothing)
 
     def pingpong(self, peer: int, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
         """One-way times (half the round trip) between rank 0 and ``peer`` through the runtime."""
@@ -80,7 +85,7 @@ class RuntimePath:
                     driver.wait(rt.recv(0, _TAG))
                     rt.send(0, payload, _TAG)
             elapsed = (time.perf_counter() - start) / (2 * n)
-            self._forget()
+            self.forget()
             return elapsed
 
         def decide(size: int, probe_s: float) -> int:
@@ -96,7 +101,7 @@ class RuntimePath:
         rt, driver = self.rt, self.driver
         payload = self.torch.zeros(size, dtype=self.torch.uint8)
         calls = dict(post=lambda: rt.send(peer, payload, _TAG + 2),
-                     settle=lambda _sends: self._forget(),  # buffered: complete at the call
+                     settle=lambda _sends: self.forget(),  # buffered: complete at the call
                      receive=lambda: driver.wait(rt.recv(0, _TAG + 2)), count=count, size=size, tag=_TAG + 3)
         if drained:
             return drained_overheads(self.world.comm, peer, **calls)
@@ -117,7 +122,7 @@ class RuntimePath:
             for _ in range(n):
                 driver.wait(rt.allreduce(self.everyone, tensor))
             elapsed = world.ctl.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
-            self._forget()
+            self.forget()
             return elapsed
 
         def decide(size: int, probe_s: float) -> int:
@@ -136,18 +141,18 @@ class RuntimePath:
         (a cache evictor: turns with cold caches). Drive only on one rank, while the others
         wait: a rank whose driver ends tells the others it is done.
         """
-        rt, turns = self.rt, []
+        turns = []
 
         def requests():
             for _ in range(count):
                 if before_each is not None:
                     before_each()
                 start = time.perf_counter()
-                yield rt.busy(0.0, "update", run=_nothing)
+                yield self.turn()
                 turns.append(time.perf_counter() - start)
 
         self.driver.drive(requests())
-        self._forget()
+        self.forget()
         return {"overhead_s": float(np.median(turns)), "turns": count}
 
 
