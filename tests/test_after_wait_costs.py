@@ -188,19 +188,33 @@ def test_rows_whose_wait_does_not_grow_are_left_out_of_the_tables():
     assert [w for w, _ in idle_sweep.after_idle_section(document)["send"]] == [4e-4, 3e-3]
 
 
-def test_the_waking_rank_works_while_another_call_fits_and_sleeps_the_rest():
-    calls = []
+class _Clock:
+    """A fake ``time`` for :func:`idle_sweep._pass`: sleeping and working move it, nothing else."""
 
-    def busy():
-        calls.append(1)
-        import time
-        time.sleep(2e-3)
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_the_waking_rank_works_while_another_call_fits_and_sleeps_the_rest(monkeypatch):
+    clock, starts = _Clock(), []
+    monkeypatch.setattr(idle_sweep, "time", clock)
+
+    def busy():  # a training step of 2 ms
+        starts.append(clock.now)
+        clock.now += 2e-3
 
     took = idle_sweep._pass(7e-3, busy, 2e-3)
-    assert 2 <= len(calls) <= 3 and took >= 2e-3  # never a call that would run past the idle time
-    calls.clear()
+    assert starts == [0.0, pytest.approx(2e-3), pytest.approx(4e-3)]  # a fourth would run past 7 ms
+    assert clock.now == pytest.approx(7e-3) and took == pytest.approx(2e-3)  # asleep for the rest
+    starts.clear()
     idle_sweep._pass(1e-3, busy, 2e-3)
-    assert calls == []  # too short for one call: asleep throughout
+    assert starts == [] and clock.now == pytest.approx(8e-3)  # too short for one call: asleep throughout
 
 
 def test_calibrate_network_prints_the_tables_it_wrote():

@@ -46,8 +46,8 @@ from ..errors import InputError
 from ..units import format_bytes, format_time
 from .collective_fit import CollectiveFit
 from .cost_tables import collectives_section, table_from_sweep
-from .mpi_worker import DEFAULT_SIZES
 from .idle_sweep import after_idle_section
+from .mpi_worker import DEFAULT_SIZES
 from .runtime_sweep import wait_loop_section
 from .overlay import LinkFit, apply_overheads, build_overlay, cold_words, columns, fit_p2p_link, per_size_table
 
@@ -241,4 +241,3 @@ def call_cost_lines(overlay: dict[str, Any]) -> list[str]:
         if rows:
             lines.append(f"{name} after a wait of " + ", ".join(f"{format_time(w)}: {unit(t)}" for w, t in rows))
     return lines
-
