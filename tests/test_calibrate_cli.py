@@ -231,10 +231,18 @@ def test_network_argument_errors(capsys, tmp_path):
 def test_network_times_the_calls_after_compute_right_after_the_scenarios_training_step(tmp_path, capsys):
     out = tmp_path / "net.yaml"
     assert main(["calibrate", "network", "--ranks", "2", "--sizes", "0,1KiB,64KiB,1MiB", "--budget-s", "0.02",
-                 "--batches", "2", "--no-allreduce", "--path", "runtime", "--after-compute",
+                 "--batches", "2", "--path", "runtime", "--after-compute",
                  "scenarios/quickstart.yaml", "--out", str(out)]) == 0
-    capsys.readouterr()
+    printed = capsys.readouterr().out
     overlay = yaml.safe_load(out.read_text())
+    # the allreduce right after the scenario's step on both ranks, entering together: a table of its own
+    warm, after = overlay["collectives"]["tables"]
+    assert not warm.get("after_compute") and after["after_compute"] is True
+    assert [r[0] for r in after["rows"]] == [4**k for k in range(1, 11)] and all(t > 0 for _, t in after["rows"])
+    assert "runtime allreduce" in after["source"] and "training step of quickstart (batch 32)" in after["source"]
+    assert "allreduce on 2 ranks, 1 node(s), right after a training step, 10 sizes" in printed
+    assert "allreduce right after a step against back to back: 1KiB " in printed
+    assert len(PlatformSpec.model_validate({"collectives": overlay["collectives"]}).collectives.tables) == 2
     said = "right after a training step of the workload of scenario quickstart (batch 32"
     assert overlay["calls"]["overhead_after_compute"] > 0 and said in overlay["calls"]["source"]
     cold = next(fit["overheads"]["cold"] for fit in overlay["provenance"]["fits"].values() if "overheads" in fit)

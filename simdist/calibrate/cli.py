@@ -61,8 +61,8 @@ def _cmd_compute(args: argparse.Namespace) -> int:
 
 def _cmd_network(args: argparse.Namespace) -> int:
     from .mpi_worker import DEFAULT_SIZES
-    from .network import (call_cost_lines, find_mpiexec, fit_sweep, measure_reduce_bandwidth, network_overlay,
-                          run_sweep)
+    from .network import (after_step_lines, call_cost_lines, find_mpiexec, fit_sweep, measure_reduce_bandwidth,
+                          network_overlay, run_sweep)
     from .overlay import check_link_kind, write_overlay
     from .provenance import check_output
 
@@ -95,7 +95,7 @@ def _cmd_network(args: argparse.Namespace) -> int:
         print_size_table(link.table, ("piecewise", "link"))
     for table in overlay.get("collectives", {}).get("tables", []):
         print(f"\n{table_note(table)}")
-    for line in call_cost_lines(overlay):
+    for line in after_step_lines(overlay) + call_cost_lines(overlay):
         print(line)
     print(f"\nwrote {args.out}")
     return 0

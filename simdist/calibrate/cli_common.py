@@ -78,6 +78,7 @@ def table_note(table: dict) -> str:
     """One line describing a collective cost table and where it goes in the overlay."""
     rows = table["rows"]
     where = f", {table['nodes']} node(s)" if table.get("nodes") else ""
+    where += ", right after a training step" if table.get("after_compute") else ""
     return (f"cost table: {table['op']} on {table['ranks']} ranks{where}, {len(rows)} sizes "
             f"{format_bytes(rows[0][0])} - {format_bytes(rows[-1][0])} -> collectives.tables (the simulator prices "
             "this collective from it)")

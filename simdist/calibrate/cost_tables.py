@@ -27,7 +27,7 @@ from ..errors import InputError
 from ..platform.cost_spec import CollectiveCostSpec, canonical_op, table_row_problem
 from .parsed import ParsedTrace
 
-__all__ = ["tables_from_parsed", "table_from_sweep", "collectives_section"]
+__all__ = ["tables_from_parsed", "table_from_sweep", "after_compute_table_from_sweep", "collectives_section"]
 
 
 def _source(path: str) -> str:
@@ -116,6 +116,24 @@ def table_from_sweep(document: dict[str, Any], command: str) -> dict[str, Any] |
                   f"({document.get('mpi_library', 'MPI')})")
 
 
+def after_compute_table_from_sweep(document: dict[str, Any], command: str) -> dict[str, Any] | None:
+    """The allreduce table a ``calibrate network --after-compute`` sweep timed right after the
+    scenario's training step on every rank (``after_compute``), or None."""
+    timed = document.get("allreduce_after_compute") or {}
+    rows = [r for r in timed.get("rows") or [] if r["size_bytes"] >= 1]
+    ranks = int(document.get("ranks", 0))
+    if len(rows) < 2 or ranks < 2:
+        return None
+    nodes = len(set(document.get("hosts") or [])) or None
+    library = document.get("mpi_library", "MPI")
+    call = "simdist's runtime allreduce" if document.get("path") == "runtime" else "MPI_Allreduce"
+    table = _table("allreduce", ranks, nodes, [r["size_bytes"] for r in rows], [r["median_s"] for r in rows],
+                   f"{command}: {call} of float32 buffers right after a training step of {timed.get('after_compute')} "
+                   f"(batch {timed.get('batch_size')}) on every rank, the ranks entering together; slowest rank, "
+                   f"median of {rows[0].get('rounds', '?')} rounds ({library})")
+    return {**table, "after_compute": True}
+
+
 def collectives_section(tables: list[dict[str, Any]], fields: dict[str, Any] | None = None) -> dict[str, Any]:
     """The overlay's ``collectives`` mapping, validated as the simulator will read it: the tables
     and ``fields`` (``reduce_bandwidth``, the library's ``schedule``, each with its source)."""
@@ -124,7 +142,7 @@ def collectives_section(tables: list[dict[str, Any]], fields: dict[str, Any] | N
         section.update(fields)
     seen = {}
     for table in tables:
-        key = (table["op"], table["ranks"], table.get("nodes"), table.get("algorithm"))
+        key = (table["op"], table["ranks"], table.get("nodes"), table.get("algorithm"), table.get("after_compute", False))
         if key in seen:
             raise InputError(f"two inputs measure {table['op']} on {table['ranks']} ranks ({seen[key]} and "
                              f"{table['source']}); fit them in separate runs", source="simdist calibrate")

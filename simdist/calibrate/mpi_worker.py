@@ -7,7 +7,8 @@ Rank 0 ping-pongs with one peer of each link class — the first rank on its own
 receive overheads and the gap of small messages with it (:func:`_overheads`), the same
 overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, and the small
 messages' again with cold caches (:func:`_cold_overheads`), while the other ranks wait; then all
-ranks run ``MPI_Allreduce`` on float32 buffers; with ``--path runtime`` rank 0 then times its
+ranks run ``MPI_Allreduce`` on float32 buffers, and with ``--after-compute`` once more right after
+the scenario's training step, entering together (:func:`_allreduce_after_step`); with ``--path runtime`` rank 0 then times its
 host work right after idling (:func:`_after_idle`) and the runtime driver's turn between two
 requests, with warm caches and with cold ones (:func:`_calls`). Every size gets two warm-up
 operations and a probe (the fastest of three) that sets its repetition count so the size takes about
@@ -33,8 +34,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import (cache_evictor, cache_flush_bytes, drained_overheads, logp_overheads, pair_repetitions,
-                           repetitions, sweep)
+from .sweep_timing import (AFTER_STEP_SIZES, after_step_sweep, cache_evictor, cache_flush_bytes, drained_overheads,
+                           logp_overheads, pair_repetitions, repetitions, sweep)
 
 __all__ = ["DEFAULT_SIZES", "main"]
 
@@ -178,17 +179,47 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
     return sweep([4 * c for c in counts], timed, decide, budget_s, batches)
 
 
+def _library_allreduce_after_step(comm, sizes: Sequence[int], step: Callable[[], None], rounds: int) -> list[dict]:
+    """MPI_Allreduce of float32 buffers right after ``step`` on every rank, entering together."""
+    from mpi4py import MPI
+
+    buffers = {s: (np.ones(s // 4, dtype=np.float32), np.empty(s // 4, dtype=np.float32)) for s in sizes if s >= 4}
+
+    def call(size: int) -> None:
+        send, recv = buffers[size]
+        comm.Allreduce(send, recv, op=MPI.SUM)
+
+    return after_step_sweep(sorted(buffers), call, step, comm.Barrier, lambda s: comm.allreduce(s, op=MPI.MAX), rounds)
+
+
+AFTER_STEP_ROUNDS = 9  # rounds of the allreduce after a step, per size (each costs a training step)
+
+
+def _allreduce_after_step(allreduce_after_of, comm, args: argparse.Namespace, sizes: Sequence[int],
+                          cold: tuple[Callable[[], None], dict[str, Any]]) -> dict[str, Any] | None:
+    """The allreduce right after the scenario's training step on every rank, at the powers of 4
+    up to the sweep's largest size (``--after-compute``; None without one: a cache flush is not
+    the state a run's collective finds)."""
+    timed = [s for s in AFTER_STEP_SIZES if s <= max(sizes, default=0)]
+    if args.after_compute is None or args.no_allreduce or comm.Get_size() < 2 or len(timed) < 2:
+        return None
+    step, described = cold
+    return {"rows": allreduce_after_of(timed, step, AFTER_STEP_ROUNDS), **described}
+
+
 def _operations(comm, path: str):
-    """(ping-pong, overheads, allreduce, driver turns, the runtime) of ``path``: the MPI library's
-    calls (no driver, no runtime: None), or simdist's runtime."""
+    """(ping-pong, overheads, allreduce, allreduce after a step, driver turns, the runtime) of
+    ``path``: the MPI library's calls (no driver, no runtime: None), or simdist's runtime."""
     if path == "runtime":
         from .runtime_sweep import RuntimePath  # imports torch and the runtime: only when asked for
 
         runtime = RuntimePath(comm)
-        return runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.calls, runtime
+        return (runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.allreduce_after_step, runtime.calls,
+                runtime)
     return ((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
             (lambda peer, **sizes: _overheads(comm, peer, **sizes)),
-            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)), None, None)
+            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)),
+            (lambda sizes, step, rounds: _library_allreduce_after_step(comm, sizes, step, rounds)), None, None)
 
 
 def quiet_barrier(comm, poll_s: float = 0.001) -> None:
@@ -235,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
     started = time.perf_counter()
-    pingpong_of, overheads_of, allreduce_of, calls_of, runtime = _operations(comm, args.path)
+    pingpong_of, overheads_of, allreduce_of, allreduce_after_of, calls_of, runtime = _operations(comm, args.path)
     cold_calls = cold_state(args.after_compute)
     pingpong = {}
     for link_class, peer in _peers(hosts).items():
@@ -249,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
     allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
+    allreduce_after = _allreduce_after_step(allreduce_after_of, comm, args, sizes, cold_calls)
     idle = None if runtime is None else _after_idle(runtime, comm, hosts, args.after_compute, cold_calls)
     calls = None if calls_of is None else _calls(calls_of, comm, cold_calls)
     if rank == 0:
@@ -260,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         document = {"ranks": size, "hosts": hosts, "path": args.path,
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
-                    "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce, "calls": calls,
+                    "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce,
+                    "allreduce_after_compute": allreduce_after, "calls": calls,
                     "wait_loop": wait_loop, "after_idle": idle,
                     "elapsed_s": time.perf_counter() - started}
         with open(args.out, "w") as fh:

@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import InputError
 from ..units import format_bytes, format_time
 from .collective_fit import CollectiveFit
-from .cost_tables import collectives_section, table_from_sweep
+from .cost_tables import after_compute_table_from_sweep, collectives_section, table_from_sweep
 from .idle_sweep import after_idle_section
 from .mpi_worker import DEFAULT_SIZES
 from .runtime_sweep import wait_loop_section
@@ -166,10 +166,10 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
                                           "elapsed_s")}
     extra = {"measurement": {**sweep, "launched": document.get("command")},
              "allreduce_check": _allreduce_check(document, links)}
-    table = table_from_sweep(document, command)
+    tables = [t for t in (table_from_sweep(document, command), after_compute_table_from_sweep(document, command)) if t]
     schedule = library_schedule(document.get("mpi_library"))
-    collectives = (collectives_section([table] if table else [], {**(reduce or {}), **schedule})
-                   if (table or reduce or schedule) else None)
+    collectives = (collectives_section(tables, {**(reduce or {}), **schedule})
+                   if (tables or reduce or schedule) else None)
     overlay = build_overlay(links, command=command, inputs=(), extra_provenance=extra, collectives=collectives)
     loop = wait_loop_section(document)
     if loop is not None:
@@ -240,4 +240,20 @@ def call_cost_lines(overlay: dict[str, Any]) -> list[str]:
                               lambda rate: f"{rate * 1e9:.3g} ns/B")):
         if rows:
             lines.append(f"{name} after a wait of " + ", ".join(f"{format_time(w)}: {unit(t)}" for w, t in rows))
+    return lines
+
+
+def after_step_lines(overlay: dict[str, Any]) -> list[str]:
+    """Per table timed right after a training step, one line: its time at each size the
+    back-to-back table of the same collective also measured, against that, and the ratio."""
+    tables = (overlay.get("collectives") or {}).get("tables") or []
+    lines = []
+    for after in (t for t in tables if t.get("after_compute")):
+        warm = next((t for t in tables if not t.get("after_compute") and t["op"] == after["op"]
+                     and t["ranks"] == after["ranks"]), None)
+        back = dict(map(tuple, warm["rows"])) if warm else {}
+        pairs = [(size, t, back[size]) for size, t in after["rows"] if size in back]
+        if pairs:
+            lines.append(f"{after['op']} right after a step against back to back: " + ", ".join(
+                f"{format_bytes(s)} {format_time(t)} / {format_time(w)} (x{t / w:.2f})" for s, t, w in pairs))
     return lines

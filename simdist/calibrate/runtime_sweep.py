@@ -19,6 +19,8 @@ microbenchmark, without running the job.
   receiving one that has already arrived;
 * allreduce: the runtime's blocking ``allreduce`` of a float32 tensor, the slowest rank's time
   per operation after a barrier;
+* allreduce after a step (with ``--after-compute``): the same call right after the scenario's
+  training step on every rank, the ranks entering together (:meth:`RuntimePath.allreduce_after_step`);
 * the driver's turn between two requests (:meth:`RuntimePath.calls`), with warm and with cold
   caches: the platform's ``calls``.
 
@@ -33,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import drained_overheads, logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import after_step_sweep, drained_overheads, logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["RuntimePath"]
 
@@ -129,6 +131,21 @@ class RuntimePath:
             return repetitions(probe_s, budget_s, batches)  # the probe is an allreduce result: the same everywhere
 
         return sweep([4 * c for c in counts], timed, decide, budget_s, batches)
+
+    def allreduce_after_step(self, sizes: Sequence[int], step: Callable[[], None], rounds: int) -> list[dict]:
+        """The runtime's blocking ``allreduce`` of a float32 tensor right after ``step`` on every
+        rank, the ranks entering together (:func:`.sweep_timing.after_step_sweep`)."""
+        from mpi4py import MPI
+
+        rt, driver, world = self.rt, self.driver, self.world
+        tensors = {s: self.torch.ones(s // 4, dtype=self.torch.float32) for s in sizes if s >= 4}
+
+        def call(size: int) -> None:
+            driver.wait(rt.allreduce(self.everyone, tensors[size]))
+            self.forget()
+
+        return after_step_sweep(sorted(tensors), call, step, world.ctl.Barrier,
+                                lambda s: world.ctl.allreduce(s, op=MPI.MAX), rounds)
 
     def calls(self, count: int, before_each: Callable[[], None] | None = None) -> dict[str, float]:
         """Median CPU-bound time of the driver's turn between two requests, on this rank alone.

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["repetitions", "sweep", "pair_repetitions", "logp_overheads", "drained_overheads", "cache_evictor",
+__all__ = ["repetitions", "sweep", "after_step_sweep", "AFTER_STEP_SIZES", "pair_repetitions", "logp_overheads", "drained_overheads", "cache_evictor",
            "cache_flush_bytes"]
 
 
@@ -69,6 +69,34 @@ def sweep(sizes: Sequence[int], timed, decide_reps, budget_s: float, batches: in
             samples[size].append(timed(size, reps[size]))
     return [{"size_bytes": int(size), "median_s": float(np.median(v)), "min_s": float(min(v)), "max_s": float(max(v)),
              "reps": reps[size], "batches": batches} for size, v in samples.items()]
+
+
+# sizes of the collective timed right after a training step: every power of 4 from 4 B to 4 MiB
+# (each timed call costs a step, so the table is sparser than the warm sweep's powers of 2)
+AFTER_STEP_SIZES = tuple(4 ** k for k in range(1, 12))
+
+
+def after_step_sweep(sizes: Sequence[int], call: Callable[[int], None], step: Callable[[], None],
+                     barrier: Callable[[], None], slowest: Callable[[float], float], rounds: int) -> list[dict]:
+    """A collective timed as a training step calls it: right after the step, every rank together.
+
+    Each round runs, for every size in turn, ``step`` (the scenario's forward, backward and
+    optimizer step) on every rank, ``barrier`` so the ranks enter together (their arrival
+    skew is not the collective's: the simulator models it apart), then one ``call(size)``
+    timed; ``slowest`` turns a rank's time into the slowest rank's (every rank gets it). The
+    median over ``rounds`` rounds is kept per size. Round-robin over the sizes, as
+    :func:`sweep`, so a burst on the host hits one round of many sizes.
+    """
+    samples: dict[int, list[float]] = {int(size): [] for size in sizes}
+    for _ in range(rounds):
+        for size in samples:
+            step()
+            barrier()
+            start = time.perf_counter()
+            call(size)
+            samples[size].append(slowest(time.perf_counter() - start))
+    return [{"size_bytes": size, "median_s": float(np.median(v)), "min_s": float(min(v)), "max_s": float(max(v)),
+             "rounds": rounds} for size, v in samples.items()]
 
 
 def pair_repetitions(comm: Any, peer: int, probe_s: float, budget_s: float, batches: int, tag: int) -> int:

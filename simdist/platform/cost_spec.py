@@ -170,6 +170,10 @@ class CostTableSpec(_Frozen):
         "the collective algorithm measured (ring, tree, halving_doubling, hierarchical); default: whatever the "
         "library chose, which prices a call of any algorithm"))
     dtype: str = Field("float32", description="element type of the measurement (informational)")
+    after_compute: bool = Field(False, description=(
+        "timed with every member calling it right after a training step (the caches full of the step's data, "
+        "the first call's code cold; the source names the step): prices a collective that every member calls "
+        "as its first after a forward/backward; default: back to back, which prices every other call"))
     source: str = Field(min_length=1, description="where the numbers come from: a file, a command, a URL")
     rows: list[Annotated[tuple[float, float], BeforeValidator(_row)]] = Field(
         min_length=2, max_length=MAX_TABLE_ROWS, description=(
@@ -218,11 +222,11 @@ class CollectiveCostSpec(_Frozen):
             raise ValueError("schedule needs schedule_source: say which library runs it")
         seen: dict[tuple, int] = {}
         for i, table in enumerate(self.tables):
-            key = (table.op, table.ranks, table.nodes, table.algorithm)
+            key = (table.op, table.ranks, table.nodes, table.algorithm, table.after_compute)
             if key in seen:
                 raise ValueError(f"tables[{i}] measures the same collective as tables[{seen[key]}] "
                                  f"({table.op}, ranks {table.ranks}, nodes {table.nodes}, algorithm "
-                                 f"{table.algorithm}); keep one")
+                                 f"{table.algorithm}, after_compute {table.after_compute}); keep one")
             seen[key] = i
         return self
 

@@ -173,14 +173,17 @@ class CollectivePricer:
     def __bool__(self) -> bool:
         return bool(self.models)
 
-    def price(self, op: str, algorithm: str, ranks: int, nodes: int, nbytes: float) -> Price | None:
-        """The uncontended time of ``op`` of ``nbytes`` per rank over ``ranks`` ranks on ``nodes`` nodes."""
-        price = self._prices.get((op, algorithm, ranks, nodes, nbytes))
+    def price(self, op: str, algorithm: str, ranks: int, nodes: int, nbytes: float,
+              after_compute: bool = False) -> Price | None:
+        """The uncontended time of ``op`` of ``nbytes`` per rank over ``ranks`` ranks on ``nodes`` nodes;
+        ``after_compute``: every member calls it right after a forward/backward, priced from a table
+        timed so (``CostTableSpec.after_compute``) where the platform has one, else as any call."""
+        price = self._prices.get((op, algorithm, ranks, nodes, nbytes, after_compute))
         if price is None:
-            key = (op, algorithm, ranks, nodes)
+            key = (op, algorithm, ranks, nodes, after_compute)
             choice = self._choice.get(key, False)
             if choice is False:
-                choice = self._choice[key] = self._choose(op, algorithm, ranks, nodes)
+                choice = self._choice[key] = self._choose(op, algorithm, ranks, nodes, after_compute)
             if choice is None:
                 return None
             index, how = choice
@@ -190,7 +193,7 @@ class CollectivePricer:
             else:
                 seconds = model.model_s(nbytes, schedule_shape(op, model.schedule, ranks, nodes))
                 basis = f"from the {model.table.ranks}-rank table"
-            price = self._prices[(op, algorithm, ranks, nodes, nbytes)] = Price(seconds, basis, index)
+            price = self._prices[(op, algorithm, ranks, nodes, nbytes, after_compute)] = Price(seconds, basis, index)
         self._count(op, ranks, nodes, price.table, price.basis, nbytes)
         return price
 
@@ -200,12 +203,14 @@ class CollectivePricer:
         entry = self._usage[(op, ranks, nodes, price.table, price.basis)]
         entry["links_slower_than_table"] = entry.get("links_slower_than_table", 0) + 1
 
-    def _choose(self, op: str, algorithm: str, ranks: int, nodes: int) -> tuple[int, str] | None:
-        """The table that prices this kind of call, and whether it was measured at this size."""
-        usable = [i for i, m in enumerate(self.models) if m.op == op
+    def _choose(self, op: str, algorithm: str, ranks: int, nodes: int,
+                after_compute: bool = False) -> tuple[int, str] | None:
+        """The table that prices this kind of call, and whether it was measured at this size: one
+        timed in the call's state (right after compute, or back to back), else the warm one."""
+        usable = [i for i, m in enumerate(self.models) if m.op == op and m.table.after_compute == after_compute
                   and m.table.algorithm in (None, algorithm) and _same_kind_of_group(m.table.nodes, nodes)]
         if not usable:
-            return None
+            return self._choose(op, algorithm, ranks, nodes) if after_compute else None
         exact = [i for i in usable if self.models[i].table.ranks == ranks]
         if exact:  # a table of exactly this layout first, then one that did not say
             exact.sort(key=lambda i: (self.models[i].table.nodes != nodes, self.models[i].table.algorithm is None))
@@ -219,6 +224,7 @@ class CollectivePricer:
         if entry is None:
             entry = self._usage[(op, ranks, nodes, table, basis)] = {
                 "op": op, "ranks": ranks, "nodes": nodes, "table": table, "basis": basis, "calls": 0,
+                "after_compute": self.models[table].table.after_compute,
                 "min_bytes": nbytes, "max_bytes": nbytes, "source": self.models[table].table.source}
         entry["calls"] += 1
         entry["min_bytes"] = min(entry["min_bytes"], nbytes)

@@ -112,7 +112,8 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         Node cores that are shared (a rank's compute rate depends on what the ranks sharing its
         cores do at each instant), nodes that may crash (a crash stops some ranks mid-step),
         epoch-end work that sets some ranks' loader workers apart, runtime calls that cost
-        CPU (``platform.calls``, a collective's first call after compute priced cold), which a
+        CPU (``platform.calls``, a collective's first call after compute priced cold or from a
+        table timed after compute), which a
         group's requests do not make one by one, and a real run's waiting loop
         (``messages.wait_loop``), whose tests are each rank's own.
         """
@@ -130,6 +131,10 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         if self.message_costs is not None and self.message_costs.wait_loop is not None:
             return ("blocked ranks notice a message or a collective's last arrival at their own loop's next test "
                     "(messages.wait_loop)")
+        collectives = self.platform.spec.collectives
+        if collectives is not None and any(t.after_compute for t in collectives.tables):
+            return ("a collective every member calls right after compute is priced from its table timed so "
+                    "(collectives.tables after_compute): each rank's state decides")
         if self.crash_possible:
             return "nodes may crash (faults.node_crash): a crash stops some ranks mid-step"
         if self._epoch_end_splits_loaders():

@@ -61,6 +61,7 @@ class _CollectiveOp:
     requests: dict[int, Request] = field(default_factory=dict)
     posted: list[simpy.Event] = field(default_factory=list)  # members whose call's CPU is not done yet
     waiting_since: dict[int, float] = field(default_factory=dict)  # blocking member -> when its wait loop began
+    after_compute: dict[int, bool] = field(default_factory=dict)  # member -> its first call since a forward/backward
 
 
 class CollectiveExecution(AloneReplay):
@@ -101,7 +102,8 @@ class CollectiveExecution(AloneReplay):
         request.span_args = {"bytes": int(payload_nbytes(tensor)), "group_size": group.size,
                              **({} if blocking else {"nonblocking": True})}
         op.contributions[rank], op.requests[rank], op.blocking[rank] = tensor, request, blocking
-        posted = self._call_cpu(rank, blocking)
+        op.after_compute[rank] = self._first_call_after_compute(rank)
+        posted = self._call_cpu(rank, blocking, op.after_compute[rank])
         if posted is not None:
             op.posted.append(posted)
         if blocking:  # it waits from when its call's CPU is spent
@@ -113,7 +115,7 @@ class CollectiveExecution(AloneReplay):
             self.env.process(self._run_collective(op))
         return request
 
-    def _call_cpu(self, rank: int, blocking: bool) -> simpy.Event | None:
+    def _call_cpu(self, rank: int, blocking: bool, after_compute: bool) -> simpy.Event | None:
         """The CPU of the rank's call before its contribution is posted: what its message calls
         still owe, and for its first call after a forward/backward what a call with cold caches
         costs beyond a warm one (``messages.send_overhead_after_compute`` less ``send_overhead``:
@@ -121,7 +123,7 @@ class CollectiveExecution(AloneReplay):
         non-blocking one still owes it (paid before its next work) and posts once it would
         be spent. An event that fires when posted; None when nothing delays it."""
         costs = self.message_costs
-        if self._first_call_after_compute(rank) and costs is not None:
+        if after_compute and costs is not None:
             self._owe_cpu(rank, costs.send_extra_after_compute_s())
         if blocking:
             return self.spend_owed_cpu(rank)
@@ -147,7 +149,7 @@ class CollectiveExecution(AloneReplay):
         if plan is None:  # schedules are pure functions of their key: build each once
             plan = self._plans[plan_key] = make_plan()
         if plan:
-            yield from self._execute(plan_key, plan)
+            yield from self._execute(plan_key, plan, all(op.after_compute.values()))
         end = self.env.now
         for index, rank in enumerate(op.group.ranks):
             if not op.blocking[rank]:
@@ -218,10 +220,11 @@ class CollectiveExecution(AloneReplay):
         if plan:
             yield from self._execute(key, plan)
 
-    def _execute(self, key: Any, plan):
-        """Run a collective schedule: at its table's price where one applies, else with the
-        world's fidelity (see runtime.collectives)."""
-        price = self._price(key) if self.pricer else None
+    def _execute(self, key: Any, plan, after_compute: bool = False):
+        """Run a collective schedule: at its table's price where one applies (``after_compute``:
+        every member called it first after a forward/backward), else with the world's fidelity
+        (see runtime.collectives)."""
+        price = self._price(key, after_compute) if self.pricer else None
         if price is not None:
             yield from self._run_priced(key, plan, price)
             return
@@ -231,8 +234,19 @@ class CollectiveExecution(AloneReplay):
             else:
                 yield from self._run_phase(self.env, self.network, (key, index), phase)
 
-    def _price(self, key: Any) -> Price | None:
-        """The table price of the collective ``key`` names, or None where no table applies."""
+    def _price(self, key: Any, after_compute: bool = False) -> Price | None:
+        """The table price of the collective ``key`` names, or None where no table applies.
+
+        ``after_compute`` (every member calls it first after a forward/backward), where a table
+        was timed so: that table times the collective from when the members enter it together,
+        so it holds their first call's cold code (which :meth:`_call_cpu` charges each member
+        before its contribution is posted, as ``send_overhead_after_compute`` less the warm
+        ``send_overhead``); the data phase after the last contribution is that table less it.
+        It is not floored at the warm table: back to back, the ranks of an oversubscribed host
+        race each other's waiting loops, and a small collective can cost more than right after
+        a step (4 ranks on 2 cores: 4-5 ms against 1.6 for 4 B); the links' own time is the
+        floor (:meth:`_run_priced`).
+        """
         kind = key[0]
         if kind == "allreduce":
             _kind, algorithm, ranks, nbytes = key
@@ -244,7 +258,14 @@ class CollectiveExecution(AloneReplay):
             algorithm = None
         else:
             return None
-        return self.pricer.price(kind, algorithm, len(ranks), self._nodes_of(ranks), nbytes)
+        n, nodes = len(ranks), self._nodes_of(ranks)
+        if not after_compute:
+            return self.pricer.price(kind, algorithm, n, nodes, nbytes)
+        price = self.pricer.price(kind, algorithm, n, nodes, nbytes, after_compute=True)
+        if price is None or not self.pricer.models[price.table].table.after_compute:
+            return price
+        first_call_s = self.message_costs.send_extra_after_compute_s() if self.message_costs is not None else 0.0
+        return Price(max(price.seconds - first_call_s, 0.0), price.basis, price.table)
 
     def _nodes_of(self, ranks: tuple[int, ...]) -> int:
         nodes = self._nodes_spanned.get(ranks)
