@@ -236,13 +236,15 @@ def test_network_times_the_calls_after_compute_right_after_the_scenarios_trainin
     printed = capsys.readouterr().out
     overlay = yaml.safe_load(out.read_text())
     # the allreduce right after the scenario's step on both ranks, entering together: a table of its own
-    warm, after = overlay["collectives"]["tables"]
-    assert not warm.get("after_compute") and after["after_compute"] is True
+    warm, broadcast, after = overlay["collectives"]["tables"]
+    assert (warm["op"], broadcast["op"], after["op"]) == ("allreduce", "broadcast", "allreduce")
+    assert not warm.get("after_compute") and not broadcast.get("after_compute") and after["after_compute"] is True
+    assert "runtime broadcast from rank 0" in broadcast["source"] and "runtime allreduce" in warm["source"]
     assert [r[0] for r in after["rows"]] == [4**k for k in range(1, 11)] and all(t > 0 for _, t in after["rows"])
     assert "runtime allreduce" in after["source"] and "training step of quickstart (batch 32)" in after["source"]
     assert "allreduce on 2 ranks, 1 node(s), right after a training step, 10 sizes" in printed
     assert "allreduce right after a step against back to back: 1KiB " in printed
-    assert len(PlatformSpec.model_validate({"collectives": overlay["collectives"]}).collectives.tables) == 2
+    assert len(PlatformSpec.model_validate({"collectives": overlay["collectives"]}).collectives.tables) == 3
     said = "right after a training step of the workload of scenario quickstart (batch 32"
     assert overlay["calls"]["overhead_after_compute"] > 0 and said in overlay["calls"]["source"]
     cold = next(fit["overheads"]["cold"] for fit in overlay["provenance"]["fits"].values() if "overheads" in fit)

@@ -227,3 +227,15 @@ def test_osu_bibw_put_down_to_the_link_caps_both_directions_instead(tmp_path):
     # 6.0 GB/s both ways is below the 6.47 GB/s one-way link: the cap is clamped to its bandwidth
     assert link["aggregate_bandwidth"] == pytest.approx(link["bandwidth"])
     assert "send_overhead_per_byte" not in document["messages"]
+
+
+def test_a_sweep_broadcast_becomes_a_table_of_its_own_naming_the_call_it_timed():
+    rows = [{"size_bytes": s, "median_s": 1e-5 + s / 1e9, "batches": 7} for s in (0, 4, 64, 1024)]
+    document = {"ranks": 4, "hosts": ["h"] * 4, "mpi_library": "MPICH", "allreduce": rows, "broadcast": rows}
+    table = table_from_sweep(document, "cmd", "broadcast")
+    assert table["op"] == "broadcast" and "MPI_Bcast from rank 0" in table["source"]
+    runtime = table_from_sweep({**document, "path": "runtime"}, "cmd", "broadcast")
+    assert "simdist's runtime broadcast from rank 0" in runtime["source"]
+    assert "simdist's runtime allreduce of" in table_from_sweep({**document, "path": "runtime"}, "cmd")["source"]
+    assert len(collectives_section([table_from_sweep(document, "cmd"), table])["tables"]) == 2
+    assert table_from_sweep({**document, "broadcast": []}, "cmd", "broadcast") is None

@@ -300,7 +300,7 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                          help="link values fit sizes from here up (rendezvous regime; default %(default)s)")
     network.add_argument("--intra-kind", default="shm", help="link kind written for same-host ranks (default shm)")
     network.add_argument("--nic-kind", default="ethernet-tcp", help="link kind written between hosts (default ethernet-tcp)")
-    network.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
+    network.add_argument("--no-allreduce", action="store_true", help="skip the collective sweeps (allreduce, broadcast)")
     network.add_argument("--timeout-s", type=positive_float, default=300.0,
                          help="give up after this long (default 300)")
     network.add_argument("--mpiexec-args", help="extra mpiexec arguments, e.g. '-f hostfile -ppn 1'")

@@ -104,15 +104,19 @@ def _csv_tables(parsed: ParsedTrace) -> list[dict[str, Any]]:
             frame.groupby(["collective", "ranks", "algorithm", "dtype", "_nodes"], sort=False)]
 
 
-def table_from_sweep(document: dict[str, Any], command: str) -> dict[str, Any] | None:
-    """The allreduce table of a ``calibrate network`` sweep (float32 ``MPI_Allreduce``), or None."""
-    rows = [r for r in document.get("allreduce") or [] if r["size_bytes"] >= 1]
+def table_from_sweep(document: dict[str, Any], command: str, op: str = "allreduce") -> dict[str, Any] | None:
+    """The ``op`` table (allreduce, or broadcast from rank 0) of a ``calibrate network`` sweep of
+    float32 buffers, timed back to back, or None."""
+    rows = [r for r in document.get(op) or [] if r["size_bytes"] >= 1]
     ranks = int(document.get("ranks", 0))
     if len(rows) < 2 or ranks < 2:
         return None
     nodes = len(set(document.get("hosts") or [])) or None
-    return _table("allreduce", ranks, nodes, [r["size_bytes"] for r in rows], [r["median_s"] for r in rows],
-                  f"{command}: MPI_Allreduce of float32 buffers, median of {rows[0].get('batches', '?')} batches "
+    call = {"allreduce": "MPI_Allreduce", "broadcast": "MPI_Bcast from rank 0"}[op]
+    if document.get("path") == "runtime":
+        call = f"simdist's runtime {op}" + (" from rank 0" if op == "broadcast" else "")
+    return _table(op, ranks, nodes, [r["size_bytes"] for r in rows], [r["median_s"] for r in rows],
+                  f"{command}: {call} of float32 buffers, median of {rows[0].get('batches', '?')} batches "
                   f"({document.get('mpi_library', 'MPI')})")
 
 

@@ -7,7 +7,7 @@ Rank 0 ping-pongs with one peer of each link class — the first rank on its own
 receive overheads and the gap of small messages with it (:func:`_overheads`), the same
 overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, and the small
 messages' again with cold caches (:func:`_cold_overheads`), while the other ranks wait; then all
-ranks run ``MPI_Allreduce`` on float32 buffers, and with ``--after-compute`` once more right after
+ranks run ``MPI_Allreduce`` and ``MPI_Bcast`` (from rank 0) on float32 buffers, and with ``--after-compute`` once more right after
 the scenario's training step, entering together (:func:`_allreduce_after_step`); with ``--path runtime`` rank 0 then times its
 host work right after idling (:func:`_after_idle`) and the runtime driver's turn between two
 requests, with warm caches and with cold ones (:func:`_calls`). Every size gets two warm-up
@@ -30,6 +30,7 @@ import json
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -162,6 +163,18 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
     """Time per MPI_Allreduce of float32 buffers: the slowest rank's, after a barrier."""
     from mpi4py import MPI
 
+    return _library_collective(comm, lambda send, recv: comm.Allreduce(send, recv, op=MPI.SUM), sizes, budget_s,
+                               batches)
+
+
+def _broadcast(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+    """Time per MPI_Bcast of a float32 buffer from rank 0: the slowest rank's, after a barrier."""
+    return _library_collective(comm, lambda send, _recv: comm.Bcast(send, root=0), sizes, budget_s, batches)
+
+
+def _library_collective(comm, call, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+    from mpi4py import MPI
+
     counts = sorted({s // 4 for s in sizes if s >= 4})
     buffers = {c: (np.ones(c, dtype=np.float32), np.empty(c, dtype=np.float32)) for c in counts}
 
@@ -170,7 +183,7 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
         comm.Barrier()
         start = time.perf_counter()
         for _ in range(n):
-            comm.Allreduce(send, recv, op=MPI.SUM)
+            call(send, recv)
         return comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
 
     def decide(size: int, probe_s: float) -> int:
@@ -207,19 +220,33 @@ def _allreduce_after_step(allreduce_after_of, comm, args: argparse.Namespace, si
     return {"rows": allreduce_after_of(timed, step, AFTER_STEP_ROUNDS), **described}
 
 
-def _operations(comm, path: str):
-    """(ping-pong, overheads, allreduce, allreduce after a step, driver turns, the runtime) of
-    ``path``: the MPI library's calls (no driver, no runtime: None), or simdist's runtime."""
+@dataclass(frozen=True)
+class _Operations:
+    """What a sweep times, on the MPI library's calls or through simdist's runtime (``runtime``;
+    the library has no driver: ``calls`` and ``runtime`` None)."""
+
+    pingpong: Callable
+    overheads: Callable
+    allreduce: Callable
+    broadcast: Callable
+    allreduce_after_step: Callable
+    calls: Callable | None
+    runtime: Any
+
+
+def _operations(comm, path: str) -> _Operations:
     if path == "runtime":
         from .runtime_sweep import RuntimePath  # imports torch and the runtime: only when asked for
 
         runtime = RuntimePath(comm)
-        return (runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.allreduce_after_step, runtime.calls,
-                runtime)
-    return ((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
-            (lambda peer, **sizes: _overheads(comm, peer, **sizes)),
-            (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)),
-            (lambda sizes, step, rounds: _library_allreduce_after_step(comm, sizes, step, rounds)), None, None)
+        return _Operations(runtime.pingpong, runtime.overheads, runtime.allreduce, runtime.broadcast,
+                           runtime.allreduce_after_step, runtime.calls, runtime)
+    return _Operations((lambda peer, sizes, budget_s, batches: _pingpong(comm, peer, sizes, budget_s, batches)),
+                       (lambda peer, **sizes: _overheads(comm, peer, **sizes)),
+                       (lambda sizes, budget_s, batches: _allreduce(comm, sizes, budget_s, batches)),
+                       (lambda sizes, budget_s, batches: _broadcast(comm, sizes, budget_s, batches)),
+                       (lambda sizes, step, rounds: _library_allreduce_after_step(comm, sizes, step, rounds)),
+                       None, None)
 
 
 def quiet_barrier(comm, poll_s: float = 0.001) -> None:
@@ -249,7 +276,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="message sizes in bytes")
     parser.add_argument("--budget-s", type=float, default=0.25, help="approximate seconds per size and sweep")
     parser.add_argument("--batches", type=int, default=7, help="timed batches per size (median kept)")
-    parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce sweep")
+    parser.add_argument("--no-allreduce", action="store_true", help="skip the collective sweeps (allreduce, broadcast)")
     parser.add_argument("--path", choices=("mpi", "runtime"), default="mpi",
                         help="mpi: the MPI library's calls; runtime: simdist's MPI runtime (simdist.calibrate.runtime_sweep)")
     parser.add_argument("--after-compute", help="scenario file: calls timed with cold caches follow one training "
@@ -266,23 +293,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     hosts = comm.allgather(MPI.Get_processor_name() or socket.gethostname())
     started = time.perf_counter()
-    pingpong_of, overheads_of, allreduce_of, allreduce_after_of, calls_of, runtime = _operations(comm, args.path)
+    ops = _operations(comm, args.path)
     cold_calls = cold_state(args.after_compute)
     pingpong = {}
     for link_class, peer in _peers(hosts).items():
         if rank in (0, peer):
-            rows = pingpong_of(peer, sizes, args.budget_s, args.batches)
-            overheads = overheads_of(peer)
-            large = _per_byte_overheads(overheads_of, peer)  # LogGOPS O: the slope
-            cold = _cold_overheads(overheads_of, peer, cold_calls)  # o_s, o_r of the first call after compute
+            rows = ops.pingpong(peer, sizes, args.budget_s, args.batches)
+            overheads = ops.overheads(peer)
+            large = _per_byte_overheads(ops.overheads, peer)  # LogGOPS O: the slope
+            cold = _cold_overheads(ops.overheads, peer, cold_calls)  # o_s, o_r of the first call after compute
             if rank == 0:
                 overheads["large"], overheads["cold"] = large, cold
                 pingpong[link_class] = {"peer": peer, "rows": rows, "overheads": overheads}
         quiet_barrier(comm)
-    allreduce = [] if args.no_allreduce or size < 2 else allreduce_of(sizes, args.budget_s, args.batches)
-    allreduce_after = _allreduce_after_step(allreduce_after_of, comm, args, sizes, cold_calls)
-    idle = None if runtime is None else _after_idle(runtime, comm, hosts, args.after_compute, cold_calls)
-    calls = None if calls_of is None else _calls(calls_of, comm, cold_calls)
+    collectives = not args.no_allreduce and size >= 2
+    allreduce = ops.allreduce(sizes, args.budget_s, args.batches) if collectives else []
+    broadcast = ops.broadcast(sizes, args.budget_s, args.batches) if collectives else []
+    allreduce_after = _allreduce_after_step(ops.allreduce_after_step, comm, args, sizes, cold_calls)
+    idle = None if ops.runtime is None else _after_idle(ops.runtime, comm, hosts, args.after_compute, cold_calls)
+    calls = None if ops.calls is None else _calls(ops.calls, comm, cold_calls)
     if rank == 0:
         wait_loop = None
         if args.path == "runtime":
@@ -293,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
                     "mpi4py": __import__("mpi4py").__version__, "sizes": sizes, "budget_s": args.budget_s,
                     "batches": args.batches, "pingpong": pingpong, "allreduce": allreduce,
-                    "allreduce_after_compute": allreduce_after, "calls": calls,
+                    "broadcast": broadcast, "allreduce_after_compute": allreduce_after, "calls": calls,
                     "wait_loop": wait_loop, "after_idle": idle,
                     "elapsed_s": time.perf_counter() - started}
         with open(args.out, "w") as fh:

@@ -10,9 +10,10 @@ each from the ping-pong one-way times: a piecewise alpha–beta fit by message-s
 (MPI switches from eager to rendezvous protocol as messages grow) goes to ``provenance``,
 and the alpha–beta fit of the large messages (≥ 64 KiB) becomes the link's latency and
 bandwidth (:func:`~simdist.calibrate.overlay.fit_p2p_link`), with the eager/rendezvous split
-the small messages show as ``messages``. The allreduce sweep becomes a cost table
-(``collectives.tables``): the simulator prices allreduces from it
-(:mod:`simdist.runtime.collective_pricing`). Its ring-model fit is recorded beside it. The
+the small messages show as ``messages``. The allreduce and broadcast sweeps become cost tables
+(``collectives.tables``), and with ``--after-compute`` the allreduce timed right after the
+scenario's step a third (``after_compute``): the simulator prices those collectives from them
+(:mod:`simdist.runtime.collective_pricing`). The allreduce's ring-model fit is recorded beside it. The
 host's reduction rate (gamma, ``collectives.reduce_bandwidth``) is measured too.
 
 ``--path runtime`` times the same sweep through simdist's own MPI runtime
@@ -166,7 +167,8 @@ def network_overlay(document: dict[str, Any], links: list[LinkFit], command: str
                                           "elapsed_s")}
     extra = {"measurement": {**sweep, "launched": document.get("command")},
              "allreduce_check": _allreduce_check(document, links)}
-    tables = [t for t in (table_from_sweep(document, command), after_compute_table_from_sweep(document, command)) if t]
+    tables = [t for t in (table_from_sweep(document, command), table_from_sweep(document, command, "broadcast"),
+                          after_compute_table_from_sweep(document, command)) if t]
     schedule = library_schedule(document.get("mpi_library"))
     collectives = (collectives_section(tables, {**(reduce or {}), **schedule})
                    if (tables or reduce or schedule) else None)

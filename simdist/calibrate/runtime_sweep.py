@@ -17,8 +17,8 @@ microbenchmark, without running the job.
   the round trip;
 * LogP overheads: posting a small ``send`` (the sender's CPU until the call returns) and
   receiving one that has already arrived;
-* allreduce: the runtime's blocking ``allreduce`` of a float32 tensor, the slowest rank's time
-  per operation after a barrier;
+* allreduce and broadcast (from rank 0): the runtime's blocking collective of a float32 tensor,
+  the slowest rank's time per operation after a barrier;
 * allreduce after a step (with ``--after-compute``): the same call right after the scenario's
   training step on every rank, the ranks entering together (:meth:`RuntimePath.allreduce_after_step`);
 * the driver's turn between two requests (:meth:`RuntimePath.calls`), with warm and with cold
@@ -111,9 +111,17 @@ class RuntimePath:
 
     def allreduce(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
         """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""
+        return self._collective(lambda tensor: self.rt.allreduce(self.everyone, tensor), sizes, budget_s, batches)
+
+    def broadcast(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
+        """Time per runtime ``broadcast`` of a float32 tensor from rank 0: the slowest rank's, after a barrier."""
+        return self._collective(lambda tensor: self.rt.broadcast(self.everyone, tensor, 0), sizes, budget_s, batches)
+
+    def _collective(self, call: Callable[[Any], Any], sizes: Sequence[int], budget_s: float,
+                    batches: int) -> list[dict]:
         from mpi4py import MPI
 
-        rt, driver, world = self.rt, self.driver, self.world
+        driver, world = self.driver, self.world
         counts = sorted({s // 4 for s in sizes if s >= 4})
         tensors = {c: self.torch.ones(c, dtype=self.torch.float32) for c in counts}
 
@@ -122,7 +130,7 @@ class RuntimePath:
             world.ctl.Barrier()
             start = time.perf_counter()
             for _ in range(n):
-                driver.wait(rt.allreduce(self.everyone, tensor))
+                driver.wait(call(tensor))
             elapsed = world.ctl.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
             self.forget()
             return elapsed
