@@ -243,7 +243,7 @@ def test_network_times_the_calls_after_compute_right_after_the_scenarios_trainin
     assert [r[0] for r in after["rows"]] == [4**k for k in range(1, 11)] and all(t > 0 for _, t in after["rows"])
     assert "runtime allreduce" in after["source"] and "training step of quickstart (batch 32)" in after["source"]
     assert "allreduce on 2 ranks, 1 node(s), right after a training step, 10 sizes" in printed
-    assert "allreduce right after a step against back to back: 1KiB " in printed
+    assert "allreduce right after a training step against without one: 1KiB " in printed
     assert len(PlatformSpec.model_validate({"collectives": overlay["collectives"]}).collectives.tables) == 3
     said = "right after a training step of the workload of scenario quickstart (batch 32"
     assert overlay["calls"]["overhead_after_compute"] > 0 and said in overlay["calls"]["source"]

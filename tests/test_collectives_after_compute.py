@@ -98,6 +98,14 @@ def test_an_allreduce_right_after_compute_costs_the_table_after_compute_less_the
     assert second == pytest.approx(100e-6)  # the next call is warm: the warm table
 
 
+def test_the_data_phase_after_compute_is_never_below_the_warm_table():
+    world = build_world(2, platform=build_platform("laptop-cpu", node={"devices": 2}, collectives=_tables(),
+                                                   messages={**MESSAGES, "send_overhead_after_compute": "360us"}))
+    # 400 us less a first call of 350 us would leave 50 us: the warm table's 100 us instead
+    assert _comm_spans(world, compute_first=True) == [pytest.approx(100e-6)]
+    assert [e["after_compute"] for e in world.pricer.provenance()] == [True]  # the warm price was only compared
+
+
 def test_without_message_costs_the_table_after_compute_is_the_whole_collective():
     assert _comm_spans(_world(messages=False), compute_first=True) == [pytest.approx(400e-6)]
 
@@ -204,6 +212,17 @@ def test_calibrate_network_prints_the_table_after_a_step_against_the_warm_one():
     from simdist.calibrate.network import after_step_lines
 
     overlay = {"collectives": _tables()}
-    assert after_step_lines(overlay) == ["allreduce right after a step against back to back: "
+    assert after_step_lines(overlay) == ["allreduce right after a training step against without one: "
                                          "1KiB 400us / 100us (x4.00), 64KiB 2ms / 1ms (x2.00)"]
     assert after_step_lines({"collectives": _tables(after=False)}) == [] and after_step_lines({}) == []
+
+
+def test_back_to_back_collectives_are_each_timed_from_a_barrier_the_ranks_leave_together(monkeypatch):
+    import simdist.calibrate.sweep_timing as sweep_timing
+
+    events = []
+    times = iter([1.0, 1.5, 7.0, 7.25, 9.0, 10.0])  # perf_counter around each of three calls
+    monkeypatch.setattr(sweep_timing.time, "perf_counter", lambda: next(times))
+    spent = sweep_timing.entering_together(lambda: events.append("call"), lambda: events.append("barrier"), 3)
+    assert events == ["barrier", "call"] * 3
+    assert spent == pytest.approx(0.5 + 0.25 + 1.0)  # the time between calls (the barriers) is not counted

@@ -14,8 +14,8 @@ requests, with warm caches and with cold ones (:func:`_calls`). Every size gets 
 operations and a probe (the fastest of three) that sets its repetition count so the size takes about
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
 batch's time over its repetitions, halved for a round trip, is one sample). The median of a
-size's samples is kept with their min and max. Allreduce samples are the slowest rank's
-time of a batch (MPI_MAX), after a barrier. The ranks outside a ping-pong sleep while they
+size's samples is kept with their min and max. Collective samples are the slowest rank's
+time of a batch (MPI_MAX), each call timed from a barrier the ranks leave together. The ranks outside a ping-pong sleep while they
 wait for it (:func:`quiet_barrier`), so that on shared cores they do not slow the pair down.
 
 Rank 0 writes one JSON document; this module imports only mpi4py and numpy, so ranks start fast.
@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .sweep_timing import (AFTER_STEP_SIZES, after_step_sweep, cache_evictor, cache_flush_bytes, drained_overheads,
-                           logp_overheads, pair_repetitions, repetitions, sweep)
+                           entering_together, logp_overheads, pair_repetitions, repetitions, sweep)
 
 __all__ = ["DEFAULT_SIZES", "main"]
 
@@ -160,7 +160,7 @@ def _after_idle(runtime_path, comm, hosts: list[str], after_compute: str | None,
 
 
 def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
-    """Time per MPI_Allreduce of float32 buffers: the slowest rank's, after a barrier."""
+    """Time per MPI_Allreduce of float32 buffers: the slowest rank's, each after a barrier."""
     from mpi4py import MPI
 
     return _library_collective(comm, lambda send, recv: comm.Allreduce(send, recv, op=MPI.SUM), sizes, budget_s,
@@ -168,7 +168,7 @@ def _allreduce(comm, sizes: Sequence[int], budget_s: float, batches: int) -> lis
 
 
 def _broadcast(comm, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
-    """Time per MPI_Bcast of a float32 buffer from rank 0: the slowest rank's, after a barrier."""
+    """Time per MPI_Bcast of a float32 buffer from rank 0: the slowest rank's, each after a barrier."""
     return _library_collective(comm, lambda send, _recv: comm.Bcast(send, root=0), sizes, budget_s, batches)
 
 
@@ -180,11 +180,7 @@ def _library_collective(comm, call, sizes: Sequence[int], budget_s: float, batch
 
     def timed(size: int, n: int) -> float:
         send, recv = buffers[size // 4]
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(n):
-            call(send, recv)
-        return comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
+        return comm.allreduce(entering_together(lambda: call(send, recv), comm.Barrier, n), op=MPI.MAX) / n
 
     def decide(size: int, probe_s: float) -> int:
         return repetitions(probe_s, budget_s, batches)  # the same everywhere: the probe is an allreduce result

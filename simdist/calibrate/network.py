@@ -246,8 +246,8 @@ def call_cost_lines(overlay: dict[str, Any]) -> list[str]:
 
 
 def after_step_lines(overlay: dict[str, Any]) -> list[str]:
-    """Per table timed right after a training step, one line: its time at each size the
-    back-to-back table of the same collective also measured, against that, and the ratio."""
+    """Per table timed right after a training step, one line: its time at each size the table
+    of the same collective timed without one also measured, against that, and the ratio."""
     tables = (overlay.get("collectives") or {}).get("tables") or []
     lines = []
     for after in (t for t in tables if t.get("after_compute")):
@@ -256,6 +256,6 @@ def after_step_lines(overlay: dict[str, Any]) -> list[str]:
         back = dict(map(tuple, warm["rows"])) if warm else {}
         pairs = [(size, t, back[size]) for size, t in after["rows"] if size in back]
         if pairs:
-            lines.append(f"{after['op']} right after a step against back to back: " + ", ".join(
+            lines.append(f"{after['op']} right after a training step against without one: " + ", ".join(
                 f"{format_bytes(s)} {format_time(t)} / {format_time(w)} (x{t / w:.2f})" for s, t, w in pairs))
     return lines

@@ -18,7 +18,8 @@ microbenchmark, without running the job.
 * LogP overheads: posting a small ``send`` (the sender's CPU until the call returns) and
   receiving one that has already arrived;
 * allreduce and broadcast (from rank 0): the runtime's blocking collective of a float32 tensor,
-  the slowest rank's time per operation after a barrier;
+  the slowest rank's time per operation, each entered together after a barrier
+  (:func:`.sweep_timing.entering_together`);
 * allreduce after a step (with ``--after-compute``): the same call right after the scenario's
   training step on every rank, the ranks entering together (:meth:`RuntimePath.allreduce_after_step`);
 * the driver's turn between two requests (:meth:`RuntimePath.calls`), with warm and with cold
@@ -35,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import after_step_sweep, drained_overheads, logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import after_step_sweep, drained_overheads, entering_together, logp_overheads, pair_repetitions, repetitions, sweep
 
 __all__ = ["RuntimePath"]
 
@@ -110,11 +111,11 @@ class RuntimePath:
         return logp_overheads(self.world.comm, peer, **calls, before_each=before_each)
 
     def allreduce(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
-        """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, after a barrier."""
+        """Time per runtime ``allreduce`` of a float32 tensor: the slowest rank's, each after a barrier."""
         return self._collective(lambda tensor: self.rt.allreduce(self.everyone, tensor), sizes, budget_s, batches)
 
     def broadcast(self, sizes: Sequence[int], budget_s: float, batches: int) -> list[dict]:
-        """Time per runtime ``broadcast`` of a float32 tensor from rank 0: the slowest rank's, after a barrier."""
+        """Time per runtime ``broadcast`` of a float32 tensor from rank 0: the slowest rank's, each after a barrier."""
         return self._collective(lambda tensor: self.rt.broadcast(self.everyone, tensor, 0), sizes, budget_s, batches)
 
     def _collective(self, call: Callable[[Any], Any], sizes: Sequence[int], budget_s: float,
@@ -127,13 +128,9 @@ class RuntimePath:
 
         def timed(size: int, n: int) -> float:
             tensor = tensors[size // 4]
-            world.ctl.Barrier()
-            start = time.perf_counter()
-            for _ in range(n):
-                driver.wait(call(tensor))
-            elapsed = world.ctl.allreduce(time.perf_counter() - start, op=MPI.MAX) / n
+            spent = entering_together(lambda: driver.wait(call(tensor)), world.ctl.Barrier, n)
             self.forget()
-            return elapsed
+            return world.ctl.allreduce(spent, op=MPI.MAX) / n
 
         def decide(size: int, probe_s: float) -> int:
             return repetitions(probe_s, budget_s, batches)  # the probe is an allreduce result: the same everywhere

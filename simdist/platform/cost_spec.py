@@ -173,7 +173,7 @@ class CostTableSpec(_Frozen):
     after_compute: bool = Field(False, description=(
         "timed with every member calling it right after a training step (the caches full of the step's data, "
         "the first call's code cold; the source names the step): prices a collective that every member calls "
-        "as its first after a forward/backward; default: back to back, which prices every other call"))
+        "as its first after a forward/backward; default: timed without one, which prices every other call"))
     source: str = Field(min_length=1, description="where the numbers come from: a file, a command, a URL")
     rows: list[Annotated[tuple[float, float], BeforeValidator(_row)]] = Field(
         min_length=2, max_length=MAX_TABLE_ROWS, description=(

@@ -174,10 +174,11 @@ class CollectivePricer:
         return bool(self.models)
 
     def price(self, op: str, algorithm: str, ranks: int, nodes: int, nbytes: float,
-              after_compute: bool = False) -> Price | None:
+              after_compute: bool = False, record: bool = True) -> Price | None:
         """The uncontended time of ``op`` of ``nbytes`` per rank over ``ranks`` ranks on ``nodes`` nodes;
         ``after_compute``: every member calls it right after a forward/backward, priced from a table
-        timed so (``CostTableSpec.after_compute``) where the platform has one, else as any call."""
+        timed so (``CostTableSpec.after_compute``) where the platform has one, else as any call;
+        ``record``: False for a price only compared with another, not charged (not in the manifest)."""
         price = self._prices.get((op, algorithm, ranks, nodes, nbytes, after_compute))
         if price is None:
             key = (op, algorithm, ranks, nodes, after_compute)
@@ -194,7 +195,8 @@ class CollectivePricer:
                 seconds = model.model_s(nbytes, schedule_shape(op, model.schedule, ranks, nodes))
                 basis = f"from the {model.table.ranks}-rank table"
             price = self._prices[(op, algorithm, ranks, nodes, nbytes, after_compute)] = Price(seconds, basis, index)
-        self._count(op, ranks, nodes, price.table, price.basis, nbytes)
+        if record:
+            self._count(op, ranks, nodes, price.table, price.basis, nbytes)
         return price
 
     def links_slower(self, op: str, ranks: int, nodes: int, price: Price) -> None:
@@ -206,7 +208,7 @@ class CollectivePricer:
     def _choose(self, op: str, algorithm: str, ranks: int, nodes: int,
                 after_compute: bool = False) -> tuple[int, str] | None:
         """The table that prices this kind of call, and whether it was measured at this size: one
-        timed in the call's state (right after compute, or back to back), else the warm one."""
+        timed in the call's state (right after compute, or not), else the warm one."""
         usable = [i for i, m in enumerate(self.models) if m.op == op and m.table.after_compute == after_compute
                   and m.table.algorithm in (None, algorithm) and _same_kind_of_group(m.table.nodes, nodes)]
         if not usable:

@@ -241,11 +241,9 @@ class CollectiveExecution(AloneReplay):
         was timed so: that table times the collective from when the members enter it together,
         so it holds their first call's cold code (which :meth:`_call_cpu` charges each member
         before its contribution is posted, as ``send_overhead_after_compute`` less the warm
-        ``send_overhead``); the data phase after the last contribution is that table less it.
-        It is not floored at the warm table: back to back, the ranks of an oversubscribed host
-        race each other's waiting loops, and a small collective can cost more than right after
-        a step (4 ranks on 2 cores: 4-5 ms against 1.6 for 4 B); the links' own time is the
-        floor (:meth:`_run_priced`).
+        ``send_overhead``); the data phase after the last contribution is that table less it,
+        never below the warm table's price (both time the ranks entering together; below it is
+        the noise of two medians).
         """
         kind = key[0]
         if kind == "allreduce":
@@ -264,8 +262,9 @@ class CollectiveExecution(AloneReplay):
         price = self.pricer.price(kind, algorithm, n, nodes, nbytes, after_compute=True)
         if price is None or not self.pricer.models[price.table].table.after_compute:
             return price
+        warm = self.pricer.price(kind, algorithm, n, nodes, nbytes, record=False)
         first_call_s = self.message_costs.send_extra_after_compute_s() if self.message_costs is not None else 0.0
-        return Price(max(price.seconds - first_call_s, 0.0), price.basis, price.table)
+        return Price(max(price.seconds - first_call_s, warm.seconds if warm else 0.0), price.basis, price.table)
 
     def _nodes_of(self, ranks: tuple[int, ...]) -> int:
         nodes = self._nodes_spanned.get(ranks)
