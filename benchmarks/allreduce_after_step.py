@@ -3,25 +3,29 @@
     python benchmarks/allreduce_after_step.py [--ranks 4] [--scenario scenarios/epoch_end_costs.yaml]
                                               [--repeats 40] [--warmup 5] [--timeout-s 300]
 
-``simdist calibrate network --path runtime`` times the runtime's allreduce back to back, every
-rank in the loop, and the simulator prices a run's allreduce from that table (plus the cold
-first call after a forward/backward, ``messages.send_overhead_after_compute``). In a run the
-ranks come to the allreduce from a forward/backward. This script launches ``--ranks``
-processes under mpiexec; each times the runtime's blocking allreduce (through its driver, as
-sync SGD reduces its gradient) of a float32 tensor of the scenario's parameter count:
+``simdist calibrate network --path runtime --after-compute S`` times the runtime's allreduce
+twice, each call from a barrier the ranks leave together: with warm caches, and right after a
+training step of S on every rank (``after_compute`` table); the simulator prices a collective
+every member calls right after a forward/backward from the second. Both wait, after each call,
+for every rank to be done. In a run the ranks do not: the first out start their next step.
+This script launches ``--ranks`` processes under mpiexec; each times the runtime's blocking
+allreduce (through its driver, as sync SGD reduces its gradient) of a float32 tensor of the
+scenario's parameter count:
 
 * ``back to back``: ``--repeats`` allreduces in a row;
 * ``after a step``: each right after one training step of the scenario (forward, backward,
   optimizer step) and a blocking ``MPI_Allreduce`` of one number, so that the ranks enter the
   timed allreduce together and what is timed is its data phase, not the ranks' arrival skew
-  (which the simulator models on its own).
+  (which the simulator models on its own); each rank goes straight on to its next step, as in
+  a run, so a rank still finishing the allreduce shares its core with one already computing.
 
 The first ``--warmup`` of each are dropped. Printed per rank: the median and 90th percentile of
 both in ms, and the ratio of the medians. On the development host (2 cores, MPICH 5), with the
 predictive table's 256x256 point (85 k parameters, batch 2,048: ``--scenario
 results/pv_afterwait/sync-4-256x256/scenario.yaml``): 4 ranks 1.7-2.4 ms back to back and
-2.1-5.0 ms after a step (the first two ranks about twice the others); 2 ranks 0.17 against
-0.45 ms, an extra of about the cold first call the simulator already charges.
+2.1-5.0 ms after a step (the first two ranks about twice the others: 4.3-4.8 against
+2.5-2.9 ms, where the calibration's slowest rank, all waiting for each other after the call,
+takes 2.8-3.2); 2 ranks 0.17 against 0.45 ms, an extra of about the cold first call.
 """
 
 from __future__ import annotations
