@@ -17,7 +17,12 @@ scenario's parameter count:
   optimizer step) and a blocking ``MPI_Allreduce`` of one number, so that the ranks enter the
   timed allreduce together and what is timed is its data phase, not the ranks' arrival skew
   (which the simulator models on its own); each rank goes straight on to its next step, as in
-  a run, so a rank still finishing the allreduce shares its core with one already computing.
+  a run, so a rank still finishing the allreduce shares its core with one already computing;
+* ``after a step, waiting``: the same, every rank then waiting for the others (a blocking
+  ``MPI_Allreduce`` of one number) before its next step, as ``calibrate network`` times it.
+
+Printed last: the median over calls of the slowest rank's time after a step, both ways, and
+their ratio.
 
 The first ``--warmup`` of each are dropped. Printed per rank: the median and 90th percentile of
 both in ms, and the ratio of the medians. On the development host (2 cores, MPICH 5), with the
@@ -44,8 +49,9 @@ import numpy as np
 DEFAULT_SCENARIO = "scenarios/epoch_end_costs.yaml"
 
 
-def _timed(path: Any, tensor: Any, repeats: int, before=None) -> list[float]:
-    """Seconds of ``repeats`` runtime allreduces of ``tensor`` on this rank, each after ``before()``."""
+def _timed(path: Any, tensor: Any, repeats: int, before=None, after=None) -> list[float]:
+    """Seconds of ``repeats`` runtime allreduces of ``tensor`` on this rank, each after ``before()``
+    and followed by ``after()`` (untimed)."""
     rt, driver, out = path.rt, path.driver, []
     for _ in range(repeats):
         if before is not None:
@@ -54,11 +60,13 @@ def _timed(path: Any, tensor: Any, repeats: int, before=None) -> list[float]:
         driver.wait(rt.allreduce(path.everyone, tensor))
         out.append(time.perf_counter() - start)
         path.forget()  # the sweep's spans are not wanted: keep memory flat
+        if after is not None:
+            after()
     return out
 
 
 def worker(out: str, scenario: str, repeats: int) -> None:
-    """One rank under mpiexec: both series; rank 0 writes every rank's to ``out`` (JSON)."""
+    """One rank under mpiexec: the three series; rank 0 writes every rank's to ``out`` (JSON)."""
     import torch
     from mpi4py import MPI
 
@@ -79,16 +87,19 @@ def worker(out: str, scenario: str, repeats: int) -> None:
         step()
         comm.allreduce(0.0)  # blocking: every rank is in MPI when the timed allreduce starts
 
-    series = {"back_to_back": _timed(path, tensor, repeats), "after_step": _timed(path, tensor, repeats,
-                                                                                   step_then_enter_together)}
+    series = {"back_to_back": _timed(path, tensor, repeats),
+              "after_step": _timed(path, tensor, repeats, step_then_enter_together),
+              # as calibrate network times it: every rank waits for the others after the call
+              "after_step_waiting": _timed(path, tensor, repeats, step_then_enter_together,
+                                           lambda: comm.allreduce(0.0))}
     gathered = comm.gather(series, root=0)
     if comm.Get_rank() == 0:
         Path(out).write_text(json.dumps({"params": int(target.workload.param_count), "ranks": gathered}))
 
 
 def summary(ranks: list[dict[str, list[float]]], warmup: int) -> list[dict[str, float]]:
-    """Per rank: median and 90th percentile (ms) of both series after ``warmup`` dropped, and the
-    ratio of the medians."""
+    """Per rank: median and 90th percentile (ms) of each series after ``warmup`` dropped, and the
+    ratio of the medians after a step and back to back."""
     rows = []
     for rank, series in enumerate(ranks):
         row: dict[str, float] = {"rank": rank}
@@ -99,6 +110,13 @@ def summary(ranks: list[dict[str, list[float]]], warmup: int) -> list[dict[str, 
         row["ratio"] = row["after_step_median_ms"] / row["back_to_back_median_ms"]
         rows.append(row)
     return rows
+
+
+def slowest_median_ms(ranks: list[dict[str, list[float]]], name: str, warmup: int) -> float:
+    """Median over rounds (after ``warmup``) of the slowest rank's time in series ``name``, ms:
+    what a table of the slowest rank's time per call would hold."""
+    rounds = np.array([series[name][warmup:] for series in ranks])
+    return float(np.median(rounds.max(axis=0)) * 1e3)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -151,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rank {row['rank']}: back to back {row['back_to_back_median_ms']:.2f} / {row['back_to_back_p90_ms']:.2f}"
               f"   after a step {row['after_step_median_ms']:.2f} / {row['after_step_p90_ms']:.2f}"
               f"   (median / p90)   x{row['ratio']:.2f}")
+    going_on, waiting = (slowest_median_ms(document["ranks"], name, args.warmup)
+                         for name in ("after_step", "after_step_waiting"))
+    print(f"slowest rank per call after a step, median: {going_on:.2f} ms with each rank going straight on to its "
+          f"next step (as in a run), {waiting:.2f} ms with every rank waiting for the others after the call "
+          f"(as calibrate network times it): x{going_on / waiting:.2f}")
     return 0
 
 

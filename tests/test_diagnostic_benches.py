@@ -103,6 +103,12 @@ def test_the_allreduce_summary_keeps_what_follows_the_warmup(allreduce_after_ste
     assert row["ratio"] == pytest.approx(2.0) and row["back_to_back_p90_ms"] == pytest.approx(2.8)
 
 
+def test_the_slowest_rank_per_call_is_taken_call_by_call(allreduce_after_step):
+    ranks = [{"after_step": [9.0, 0.001, 0.005, 0.002]}, {"after_step": [9.0, 0.004, 0.001, 0.003]}]
+    # calls after the warm-up: slowest 4, 5 and 3 ms, median 4 (the ranks' own medians are 2 and 3)
+    assert allreduce_after_step.slowest_median_ms(ranks, "after_step", warmup=1) == pytest.approx(4.0)
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--ranks", "1"], "--ranks"),
     (["--repeats", "5", "--warmup", "5"], "--repeats"),
@@ -120,3 +126,4 @@ def test_the_allreduce_benchmark_times_both_series_on_every_rank(allreduce_after
     assert allreduce_after_step.main(["--ranks", "2", "--repeats", "4", "--warmup", "1"]) == 0
     out = capsys.readouterr().out
     assert "rank 0: back to back" in out and "rank 1: back to back" in out and "after a step" in out
+    assert "slowest rank per call after a step, median:" in out and "waiting for the others" in out
