@@ -106,36 +106,40 @@ def _csv_tables(parsed: ParsedTrace) -> list[dict[str, Any]]:
 
 def table_from_sweep(document: dict[str, Any], command: str, op: str = "allreduce") -> dict[str, Any] | None:
     """The ``op`` table (allreduce, or broadcast from rank 0) of a ``calibrate network`` sweep of
-    float32 buffers, timed back to back, or None."""
-    rows = [r for r in document.get(op) or [] if r["size_bytes"] >= 1]
-    ranks = int(document.get("ranks", 0))
-    if len(rows) < 2 or ranks < 2:
-        return None
-    nodes = len(set(document.get("hosts") or [])) or None
-    call = {"allreduce": "MPI_Allreduce", "broadcast": "MPI_Bcast from rank 0"}[op]
-    if document.get("path") == "runtime":
-        call = f"simdist's runtime {op}" + (" from rank 0" if op == "broadcast" else "")
-    return _table(op, ranks, nodes, [r["size_bytes"] for r in rows], [r["median_s"] for r in rows],
-                  f"{command}: {call} of float32 buffers, median of {rows[0].get('batches', '?')} batches "
-                  f"({document.get('mpi_library', 'MPI')})")
+    float32 buffers, each call timed from a barrier the ranks leave together, or None."""
+    rows = document.get(op) or []
+    how = f"median of {rows[0].get('batches', '?')} batches" if rows else ""
+    return _sweep_table(document, op, rows, command, "", how)
 
 
 def after_compute_table_from_sweep(document: dict[str, Any], command: str) -> dict[str, Any] | None:
     """The allreduce table a ``calibrate network --after-compute`` sweep timed right after the
     scenario's training step on every rank (``after_compute``), or None."""
     timed = document.get("allreduce_after_compute") or {}
-    rows = [r for r in timed.get("rows") or [] if r["size_bytes"] >= 1]
+    rows = timed.get("rows") or []
+    table = _sweep_table(document, "allreduce", rows, command,
+                         f" right after a training step of {timed.get('after_compute')} (batch "
+                         f"{timed.get('batch_size')}) on every rank, the ranks entering together",
+                         f"slowest rank, median of {rows[0].get('rounds', '?')} rounds" if rows else "")
+    return None if table is None else {**table, "after_compute": True}
+
+
+def _sweep_table(document: dict[str, Any], op: str, rows: list[dict], command: str, when: str,
+                 how: str) -> dict[str, Any] | None:
+    """One table of a sweep document's ``rows`` of ``op`` (size 0 left out), its source naming the
+    call timed (the MPI library's, or simdist's runtime's with ``--path runtime``); None with
+    fewer than two sizes or ranks."""
+    rows = [r for r in rows if r["size_bytes"] >= 1]
     ranks = int(document.get("ranks", 0))
     if len(rows) < 2 or ranks < 2:
         return None
     nodes = len(set(document.get("hosts") or [])) or None
-    library = document.get("mpi_library", "MPI")
-    call = "simdist's runtime allreduce" if document.get("path") == "runtime" else "MPI_Allreduce"
-    table = _table("allreduce", ranks, nodes, [r["size_bytes"] for r in rows], [r["median_s"] for r in rows],
-                   f"{command}: {call} of float32 buffers right after a training step of {timed.get('after_compute')} "
-                   f"(batch {timed.get('batch_size')}) on every rank, the ranks entering together; slowest rank, "
-                   f"median of {rows[0].get('rounds', '?')} rounds ({library})")
-    return {**table, "after_compute": True}
+    call = f"simdist's runtime {op}" if document.get("path") == "runtime" else \
+        {"allreduce": "MPI_Allreduce", "broadcast": "MPI_Bcast"}[op]
+    if op == "broadcast":
+        call += " from rank 0"
+    return _table(op, ranks, nodes, [r["size_bytes"] for r in rows], [r["median_s"] for r in rows],
+                  f"{command}: {call} of float32 buffers{when}, {how} ({document.get('mpi_library', 'MPI')})")
 
 
 def collectives_section(tables: list[dict[str, Any]], fields: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -7,16 +7,18 @@ Rank 0 ping-pongs with one peer of each link class — the first rank on its own
 receive overheads and the gap of small messages with it (:func:`_overheads`), the same
 overheads of 1 MiB messages, whose difference per byte is LogGOPS's ``O``, and the small
 messages' again with cold caches (:func:`_cold_overheads`), while the other ranks wait; then all
-ranks run ``MPI_Allreduce`` and ``MPI_Bcast`` (from rank 0) on float32 buffers, and with ``--after-compute`` once more right after
-the scenario's training step, entering together (:func:`_allreduce_after_step`); with ``--path runtime`` rank 0 then times its
+ranks run ``MPI_Allreduce`` and ``MPI_Bcast`` (from rank 0) on float32 buffers, and with
+``--after-compute`` the allreduce once more right after the scenario's training step, entering
+together (:func:`_allreduce_after_step`); with ``--path runtime`` rank 0 then times its
 host work right after idling (:func:`_after_idle`) and the runtime driver's turn between two
 requests, with warm caches and with cold ones (:func:`_calls`). Every size gets two warm-up
 operations and a probe (the fastest of three) that sets its repetition count so the size takes about
 ``budget_s``; then ``batches`` round-robin passes over all sizes time one batch of each (a
 batch's time over its repetitions, halved for a round trip, is one sample). The median of a
 size's samples is kept with their min and max. Collective samples are the slowest rank's
-time of a batch (MPI_MAX), each call timed from a barrier the ranks leave together. The ranks outside a ping-pong sleep while they
-wait for it (:func:`quiet_barrier`), so that on shared cores they do not slow the pair down.
+time of a batch (MPI_MAX), each call timed from a barrier the ranks leave together. The ranks
+outside a ping-pong sleep while they wait for it (:func:`quiet_barrier`), so that on shared
+cores they do not slow the pair down.
 
 Rank 0 writes one JSON document; this module imports only mpi4py and numpy, so ranks start fast.
 ``--path runtime`` times the same operations through simdist's MPI runtime instead

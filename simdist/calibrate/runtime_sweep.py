@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .sweep_timing import after_step_sweep, drained_overheads, entering_together, logp_overheads, pair_repetitions, repetitions, sweep
+from .sweep_timing import (after_step_sweep, drained_overheads, entering_together, logp_overheads, pair_repetitions,
+                           repetitions, sweep)
 
 __all__ = ["RuntimePath"]
 
@@ -145,12 +146,13 @@ class RuntimePath:
         rt, driver, world = self.rt, self.driver, self.world
         tensors = {s: self.torch.ones(s // 4, dtype=self.torch.float32) for s in sizes if s >= 4}
 
-        def call(size: int) -> None:
-            driver.wait(rt.allreduce(self.everyone, tensors[size]))
+        def forget_then_step() -> None:  # the last call's spans dropped outside its timed window
             self.forget()
+            step()
 
-        return after_step_sweep(sorted(tensors), call, step, world.ctl.Barrier,
-                                lambda s: world.ctl.allreduce(s, op=MPI.MAX), rounds)
+        return after_step_sweep(sorted(tensors), lambda size: driver.wait(rt.allreduce(self.everyone, tensors[size])),
+                                forget_then_step, world.ctl.Barrier, lambda s: world.ctl.allreduce(s, op=MPI.MAX),
+                                rounds)
 
     def calls(self, count: int, before_each: Callable[[], None] | None = None) -> dict[str, float]:
         """Median CPU-bound time of the driver's turn between two requests, on this rank alone.

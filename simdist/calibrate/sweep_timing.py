@@ -12,8 +12,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["repetitions", "sweep", "entering_together", "after_step_sweep", "AFTER_STEP_SIZES", "pair_repetitions", "logp_overheads", "drained_overheads", "cache_evictor",
-           "cache_flush_bytes"]
+__all__ = ["repetitions", "sweep", "entering_together", "after_step_sweep", "AFTER_STEP_SIZES", "pair_repetitions",
+           "logp_overheads", "drained_overheads", "cache_evictor", "cache_flush_bytes"]
 
 
 def cache_flush_bytes(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
@@ -108,10 +108,7 @@ def after_step_sweep(sizes: Sequence[int], call: Callable[[int], None], step: Ca
     for _ in range(rounds):
         for size in samples:
             step()
-            barrier()
-            start = time.perf_counter()
-            call(size)
-            samples[size].append(slowest(time.perf_counter() - start))
+            samples[size].append(slowest(entering_together(lambda: call(size), barrier, 1)))
     return [{"size_bytes": size, "median_s": float(np.median(v)), "min_s": float(min(v)), "max_s": float(max(v)),
              "rounds": rounds} for size, v in samples.items()]
 

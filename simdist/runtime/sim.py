@@ -113,9 +113,8 @@ class SimWorld(ComputeExecution, MessageExecution, CollectiveExecution):
         cores do at each instant), nodes that may crash (a crash stops some ranks mid-step),
         epoch-end work that sets some ranks' loader workers apart, runtime calls that cost
         CPU (``platform.calls``, a collective's first call after compute priced cold or from a
-        table timed after compute), which a
-        group's requests do not make one by one, and a real run's waiting loop
-        (``messages.wait_loop``), whose tests are each rank's own.
+        table timed after compute), which a group's requests do not make one by one, and a
+        real run's waiting loop (``messages.wait_loop``), whose tests are each rank's own.
         """
         if self._cores is not None:
             return "node cores are shared (platform.node.cores): each rank's rate depends on the others'"
